@@ -1,0 +1,31 @@
+"""Shared fixtures: where the repository is and how to run its tools."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_tool(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    """Run a command from the repo root with the venv first on PATH; never raises on failure."""
+    env = dict(os.environ, PATH=f"{REPO / '.venv/bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.setdefault("ANSIBLE_FORCE_COLOR", "0")
+    env["NO_COLOR"] = "1"
+    return subprocess.run(
+        list(args), cwd=cwd, env=env, text=True, capture_output=True, timeout=timeout, check=False
+    )
+
+
+def output_of(result: subprocess.CompletedProcess[str], lines: int = 200) -> str:
+    text = (result.stdout or "") + (result.stderr or "")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
