@@ -1,0 +1,190 @@
+"""Benchmark the dual path against BF16 cuBLAS, Marlin FP8 and unpack + cuBLAS on this GPU.
+
+    python -m vllm_dualpath.bench --calibration table.json --out dualpath.json
+
+For each dense shape and each M it times, side by side in one process: `bf16` (F.linear on the
+dequantized BF16 weight), `marlin` (vLLM's Marlin W8A16 call), `unpack_cublas` (the overlay's
+one-pass unpack into scratch, then F.linear) and `dualpath` (the overlay's custom op, dispatching
+with the calibration table). Medians of CUDA-graph replays over rotating weight sets
+(vllm_dualpath.timing). It also measures device copy bandwidth and the unpack's bandwidth per
+shape. Progress goes to stderr, one line per (shape, M); the JSON is written at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from vllm_dualpath import timing
+from vllm_dualpath.bench_paths import PATHS, PathFactory, WeightSet, build_paths, make_weight_sets
+from vllm_dualpath.marlin_reference import load_marlin_library
+
+M_VALUES = (1, 2, 4, 8, 16, 20, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+# Rotate weight sets until they span this many bytes of FP8, several times the H200's 60 MB L2.
+ROTATION_BYTES = 256 << 20
+MAX_WEIGHT_SETS = 16
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One dense layer of a tensor-parallel rank: out features N, in features K."""
+
+    name: str
+    n: int
+    k: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.n}x{self.k}"
+
+
+# A TP2 rank of a GLM-4.5/4.6-class MoE model (hidden 5120, 96 query and 8 KV heads of 128,
+# shared expert 1536, dense-layer MLP 12288, vocabulary 151552), plus shapes Marlin must pad.
+SHAPES = (
+    Shape("qkv_proj", 7168, 5120),
+    Shape("o_proj", 5120, 6144),
+    Shape("shared_gate_up", 1536, 5120),
+    Shape("shared_down", 5120, 768),
+    Shape("dense_gate_up", 12288, 5120),
+    Shape("lm_head", 75776, 5120),
+    Shape("odd_k_2880", 2880, 2880),
+    Shape("odd_n_4100", 4100, 5120),
+)
+
+
+def weight_set_count(shape: Shape) -> int:
+    return max(2, min(MAX_WEIGHT_SETS, math.ceil(ROTATION_BYTES / (shape.n * shape.k))))
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def gpu_name() -> str:
+    return torch.cuda.get_device_name()
+
+
+def time_path(
+    factory: PathFactory, weights: Sequence[WeightSet], x: torch.Tensor, budget_s: float
+) -> float:
+    calls: list[Callable[[], object]] = [factory(w, x) for w in weights]
+    return timing.median_call_us(calls, budget_s)
+
+
+def run(
+    shapes: Sequence[Shape],
+    m_values: Sequence[int],
+    paths: Sequence[str],
+    block_size: tuple[int, int] | None,
+    budget_s: float,
+) -> dict[str, object]:
+    started = time.monotonic()
+    copy_gbps = timing.copy_bandwidth_gbps()
+    log(f"{gpu_name()}: device copy {copy_gbps:.0f} GB/s (read + write)")
+    rows: list[dict[str, object]] = []
+    unpack_gbps: dict[str, float] = {}
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(0)
+    factories = build_paths(paths)
+    for index, shape in enumerate(shapes, 1):
+        count = weight_set_count(shape)
+        weights = make_weight_sets(shape.n, shape.k, count, block_size, generator)
+        log(f"[{index}/{len(shapes)}] {shape.name} N={shape.n} K={shape.k}: {count} weight sets")
+        unpack_us = factories.unpack_only_us(weights, budget_s)
+        if unpack_us is not None:
+            padded_n, padded_k = weights[0].marlin.padded_nk
+            unpack_gbps[shape.key] = 3 * padded_n * padded_k / (unpack_us * 1e-6) / 1e9
+            log(
+                f"    unpack {unpack_us:8.1f} us = {unpack_gbps[shape.key]:.0f} GB/s "
+                f"({unpack_gbps[shape.key] / copy_gbps:.0%} of copy)"
+            )
+        for m in m_values:
+            x = torch.randn(m, shape.k, device="cuda", generator=generator).to(torch.bfloat16)
+            medians = {}
+            for path in paths:
+                medians[path] = time_path(factories.factory(path), weights, x, budget_s)
+                rows.append(
+                    {"n": shape.n, "k": shape.k, "m": m, "path": path, "median_us": medians[path]}
+                )
+            log(f"    M={m:<6d} " + progress_line(medians))
+            del x
+        del weights
+        torch.cuda.empty_cache()
+    log(f"done in {time.monotonic() - started:.0f} s")
+    return {"gpu": gpu_name(), "copy_gbps": copy_gbps, "unpack_gbps": unpack_gbps, "rows": rows}
+
+
+def progress_line(medians: dict[str, float]) -> str:
+    parts = [f"{path} {us:9.1f} us" for path, us in medians.items()]
+    if "bf16" in medians:
+        parts += [
+            f"{path}/bf16 {medians[path] / medians['bf16']:.2f}"
+            for path in medians
+            if path != "bf16"
+        ]
+    if "dualpath" in medians and "marlin" in medians:
+        parts.append(f"dualpath/marlin {medians['dualpath'] / medians['marlin']:.2f}")
+    return "  ".join(parts)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_dualpath.bench", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--out", type=Path, required=True, help="JSON results file")
+    parser.add_argument("--calibration", type=Path, help="calibration table for the dual path")
+    parser.add_argument("--marlin-lib", help="Marlin library from tools/marlin/build.py")
+    parser.add_argument("--paths", default=",".join(PATHS), help=f"subset of {','.join(PATHS)}")
+    parser.add_argument("--shapes", help="comma-separated shape names (default: all)")
+    parser.add_argument("--m", help="comma-separated M values (default: 1..16384)")
+    parser.add_argument(
+        "--scales", choices=("block", "channel"), default="block",
+        help="128x128 block scales (FP8 checkpoints' usual form) or per-channel",
+    )
+    parser.add_argument("--budget-s", type=float, default=timing.DEFAULT_BUDGET_S,
+                        help="timed replay seconds per measurement")
+    return parser.parse_args(argv)
+
+
+def select_shapes(names: str | None) -> list[Shape]:
+    if not names:
+        return list(SHAPES)
+    by_name = {s.name: s for s in SHAPES}
+    unknown = [n for n in names.split(",") if n not in by_name]
+    if unknown:
+        raise SystemExit(f"unknown shapes {unknown}; known: {', '.join(by_name)}")
+    return [by_name[n] for n in names.split(",")]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("the benchmark needs a CUDA GPU")
+    if not load_marlin_library(args.marlin_lib):
+        raise SystemExit("Marlin ops not found: pass --marlin-lib or run where vLLM is installed")
+    paths = [p for p in args.paths.split(",") if p]
+    if unknown := [p for p in paths if p not in PATHS]:
+        raise SystemExit(f"unknown paths {unknown}; known: {', '.join(PATHS)}")
+    if "dualpath" in paths:
+        from vllm_dualpath.bench_paths import use_calibration
+
+        use_calibration(args.calibration)
+    m_values = [int(m) for m in args.m.split(",")] if args.m else list(M_VALUES)
+    block = (128, 128) if args.scales == "block" else None
+    result = run(select_shapes(args.shapes), m_values, paths, block, args.budget_s)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""Settings read from the environment (the service's env file carries them)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ENABLED = "DUALPATH_ENABLED"
+SMALL_M_MAX = "DUALPATH_SMALL_M_MAX"
+LARGE_M_MIN = "DUALPATH_LARGE_M_MIN"
+CALIBRATION_TABLE = "DUALPATH_CALIBRATION_TABLE"
+STRICT = "DUALPATH_STRICT"
+CHANNEL_SCALE = "DUALPATH_CHANNEL_SCALE"
+
+DEFAULT_SMALL_M_MAX = 20
+DEFAULT_LARGE_M_MIN = 1024
+
+CHANNEL_SCALE_EPILOGUE = "epilogue"
+CHANNEL_SCALE_UNPACK = "unpack"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value the overlay cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    enabled: bool = True
+    small_m_max: int = DEFAULT_SMALL_M_MAX
+    large_m_min: int = DEFAULT_LARGE_M_MIN
+    calibration_table: Path | None = None
+    strict: bool = False
+    channel_scale: str = CHANNEL_SCALE_EPILOGUE
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingsError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip(), 10)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a whole number of tokens") from None
+    if value < 0:
+        raise SettingsError(f"{name}={raw!r} must not be negative")
+    return value
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise SettingsError(f"{name}={raw!r} must be one of {', '.join(choices)}")
+    return value
+
+
+def load(env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate every setting; raise SettingsError naming the first bad variable."""
+    env = os.environ if env is None else env
+    small = _count(env, SMALL_M_MAX, DEFAULT_SMALL_M_MAX)
+    large = _count(env, LARGE_M_MIN, DEFAULT_LARGE_M_MIN)
+    if large <= small:
+        raise SettingsError(
+            f"{LARGE_M_MIN}={large} must be greater than {SMALL_M_MAX}={small}"
+        )
+    table_raw = env.get(CALIBRATION_TABLE, "").strip()
+    table = Path(table_raw) if table_raw else None
+    if table is not None and not table.is_file():
+        raise SettingsError(f"{CALIBRATION_TABLE}={table_raw!r} is not a readable file")
+    return Settings(
+        enabled=_flag(env, ENABLED, True),
+        small_m_max=small,
+        large_m_min=large,
+        calibration_table=table,
+        strict=_flag(env, STRICT, False),
+        channel_scale=_choice(
+            env, CHANNEL_SCALE, CHANNEL_SCALE_EPILOGUE,
+            (CHANNEL_SCALE_EPILOGUE, CHANNEL_SCALE_UNPACK),
+        ),
+    )

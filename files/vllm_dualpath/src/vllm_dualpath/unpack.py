@@ -1,0 +1,163 @@
+"""One-pass Triton unpack: Marlin-packed FP8 weight (+ permuted scales) -> BF16 W[n, k] row-major.
+
+Every output element is FP8 value x true scale rounded to BF16 once, to nearest even. The
+product and the rounding are done on integer bits the kernel controls (the FP8 and BF16
+significands multiply to at most 12 bits; exponents add), so the result does not depend on how a
+backend rounds float -> bf16 casts or treats subnormals: the GPU and Triton's CPU interpreter give
+the same bits. See ``layout`` for the index math this inverts.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from vllm_dualpath import layout
+
+# Tile of the output each program writes; the GPU benchmark may pick others.
+DEFAULT_BLOCK_N = 32
+DEFAULT_BLOCK_K = 128
+
+
+@triton.jit
+def _unpack_kernel(
+    packed_ptr,
+    scales_ptr,
+    out_ptr,
+    size_n,
+    size_k,
+    words_per_row,
+    padded_n,
+    k_per_group,
+    out_row_stride,
+    HAS_SCALES: tl.constexpr,
+    GROUPED: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[:, None]
+    k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)[None, :]
+    inside = (n < size_n) & (k < size_k)
+
+    # Inverse of the repack: which word and which byte hold W[k, n].
+    k_in_tile = k & 15
+    n_in_tile = n & 63
+    thread = 4 * (n_in_tile & 7) + ((k_in_tile & 7) >> 1)
+    column = (n >> 6) * 256 + thread * 8 + (n_in_tile >> 4) * 2 + ((n_in_tile >> 3) & 1)
+    byte = (k_in_tile & 1) * 2 + (k_in_tile >> 3)
+    word = tl.load(packed_ptr + (k >> 4) * words_per_row + column, mask=inside, other=0)
+    code = (word >> (byte * 8)) & 0xFF
+
+    # e4m3 as Marlin decodes it: value = significand * 2**(exponent - 10); NaN codes give 480.
+    code_exp = (code >> 3) & 15
+    significand = tl.where(code_exp == 0, code & 7, (code & 7) | 8)
+    exponent = tl.maximum(code_exp, 1) - 10
+    sign = code >> 7
+
+    if HAS_SCALES:
+        if GROUPED:
+            # Group-wise scales: an 8x8 transpose inside every block of 64 channels.
+            c = n_in_tile
+            scale_index = (k // k_per_group) * padded_n + (n - c) + 8 * (c & 7) + (c >> 3)
+            scale_mask = inside
+        else:
+            # Channel-wise scales: blocks of 32, position 8i + 2a + b holds channel 8a + 2i + b.
+            c = n & 31
+            scale_index = (n - c) + 8 * ((c & 7) >> 1) + 2 * (c >> 3) + (c & 1)
+            scale_mask = n < size_n
+        scale_bits = tl.load(scales_ptr + scale_index, mask=scale_mask, other=0).to(tl.int32)
+        scale_bits = scale_bits & 0xFFFF
+        scale_exp = (scale_bits >> 7) & 255
+        scale_mantissa = scale_bits & 127
+        scale_significand = tl.where(scale_exp == 0, scale_mantissa, scale_mantissa | 128)
+        # Stored scale = significand * 2**(e - 134) = true scale * 2**120.
+        exponent = exponent + tl.maximum(scale_exp, 1) - 254
+        product = significand * scale_significand
+        sign = sign ^ ((scale_bits >> 15) & 1)
+    else:
+        product = significand
+
+    # Normalise the (at most 12-bit) integer product through an exact int -> fp32 conversion.
+    product_bits = product.to(tl.float32).to(tl.int32, bitcast=True)
+    biased = (product_bits >> 23) - 127 + exponent + 127
+    full_significand = (product_bits & 0x7FFFFF) | 0x800000
+    # Keep 8 significant bits (fewer on the BF16 subnormal grid), round to nearest even.
+    drop = tl.minimum(16 + tl.maximum(1 - biased, 0), 30)
+    kept = full_significand >> drop
+    rest = full_significand & ((1 << drop) - 1)
+    half = 1 << (drop - 1)
+    round_up = (rest > half) | ((rest == half) & ((kept & 1) == 1))
+    magnitude = (tl.maximum(biased - 1, 0) << 7) + kept + round_up.to(tl.int32)
+    magnitude = tl.minimum(magnitude, 0x7F80)
+    magnitude = tl.where(product == 0, 0, magnitude)
+    bits = (sign << 15) | magnitude
+
+    if HAS_SCALES:
+        # Infinite or NaN scales (an exponent field of 255) follow IEEE: inf x 0 is NaN.
+        special = scale_exp == 255
+        is_nan = special & ((scale_mantissa != 0) | (significand == 0))
+        bits = tl.where(special, (sign << 15) | 0x7F80, bits)
+        bits = tl.where(is_nan, 0x7FC0, bits)
+
+    tl.store(out_ptr + n * out_row_stride + k, bits.to(tl.int16), mask=inside)
+
+
+def _check(packed: torch.Tensor, scales: torch.Tensor | None, size_n: int, size_k: int) -> int:
+    """Validate the inputs; return the number of K rows per scale group (0 without scales)."""
+    if packed.dtype != torch.int32 or packed.dim() != 2 or not packed.is_contiguous():
+        raise ValueError("packed weight must be a contiguous 2-D int32 tensor")
+    padded_n, padded_k = layout.marlin_repacked_nk(packed)
+    if padded_n % layout.MIN_THREAD_N:
+        raise ValueError(f"packed weight has {packed.shape[1]} words per row, not a multiple of 256")
+    if not (0 < size_n <= padded_n and 0 < size_k <= padded_k):
+        raise ValueError(f"size {size_n}x{size_k} does not fit the packed {padded_n}x{padded_k}")
+    if scales is None:
+        return 0
+    if scales.dtype != torch.bfloat16 or scales.dim() != 2 or not scales.is_contiguous():
+        raise ValueError("scales must be a contiguous 2-D bfloat16 tensor")
+    groups, scale_n = scales.shape
+    if scale_n != padded_n or groups == 0 or padded_k % groups:
+        raise ValueError(f"scales {tuple(scales.shape)} do not match the packed {padded_n}x{padded_k}")
+    return padded_k // groups
+
+
+def unpack_weight(
+    packed: torch.Tensor,
+    scales: torch.Tensor | None,
+    size_n: int,
+    size_k: int,
+    out: torch.Tensor | None = None,
+    block_n: int = DEFAULT_BLOCK_N,
+    block_k: int = DEFAULT_BLOCK_K,
+) -> torch.Tensor:
+    """BF16 W[size_n, size_k] from a Marlin FP8 weight; scales=None leaves the FP8 values unscaled.
+
+    ``out`` may be any contiguous BF16 buffer with at least size_n * size_k elements (a scratch
+    buffer); the result is a view of its start.
+    """
+    k_per_group = _check(packed, scales, size_n, size_k)
+    padded_n, _ = layout.marlin_repacked_nk(packed)
+    if out is None:
+        out = torch.empty(size_n * size_k, dtype=torch.bfloat16, device=packed.device)
+    elif out.dtype != torch.bfloat16 or not out.is_contiguous() or out.numel() < size_n * size_k:
+        raise ValueError(f"out must be a contiguous bfloat16 buffer of >= {size_n * size_k} elements")
+    weight = out.view(-1)[: size_n * size_k].view(size_n, size_k)
+    grouped = scales is not None and scales.shape[0] > 1
+    grid = (triton.cdiv(size_n, block_n), triton.cdiv(size_k, block_k))
+    _unpack_kernel[grid](
+        packed,
+        packed if scales is None else scales.view(torch.int16),
+        weight.view(torch.int16),
+        size_n,
+        size_k,
+        packed.shape[1],
+        padded_n,
+        max(k_per_group, 1),
+        size_k,
+        HAS_SCALES=scales is not None,
+        GROUPED=grouped,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+    )
+    return weight
