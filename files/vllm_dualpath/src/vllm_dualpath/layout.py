@@ -119,13 +119,15 @@ def permute_bias(bias: torch.Tensor) -> torch.Tensor:
     return bias.reshape(-1, len(CHANNEL_PERM))[:, list(CHANNEL_PERM)].reshape(bias.shape)
 
 
-def unpermute_bias(permuted: torch.Tensor) -> torch.Tensor:
-    """Inverse of permute_bias with views only (no index tensor, so safe in CUDA-graph capture).
+def unpermute_channels(permuted: torch.Tensor) -> torch.Tensor:
+    """Inverse of permute_bias (and of the channel-wise scale permutation) on the last dim.
+
+    Uses views and one copy, no index tensor, so it is safe inside CUDA-graph capture.
 
     Position 8*i + 2*a + b of a 32-block holds channel 8*a + 2*i + b (i, a < 4, b < 2).
     """
-    blocks = permuted.reshape(-1, 4, 4, 2)
-    return blocks.transpose(1, 2).reshape(permuted.shape)
+    blocks = permuted.reshape(*permuted.shape[:-1], -1, 4, 4, 2)
+    return blocks.transpose(-3, -2).reshape(permuted.shape)
 
 
 def fuse_exponent_bias(scales: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,198 @@
+"""The dual-path custom op: one FP8 weight-only linear that picks its kernel by M inside the op.
+
+vLLM compiles the model with torch.compile and drops shape guards, so a Python ``if`` on M in
+traced code would be frozen at trace time. The branch therefore lives inside an opaque custom
+op (with a fake implementation for tracing):
+
+* M <= small threshold: the Marlin apply vLLM ships (installed by ``plugin.register``);
+* M >= large threshold: unpack the weight into the device's scratch buffer, then cuBLAS;
+* in between: whatever the per-GPU calibration table says (Marlin when it has no answer).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812 - the conventional name
+
+from vllm_dualpath import layout, scratch, settings, unpack
+from vllm_dualpath.calibration import MARLIN, UNPACK, CalibrationTable
+from vllm_dualpath.calibration import load as load_table
+
+logger = logging.getLogger("vllm.dualpath")
+
+MarlinApply = Callable[..., torch.Tensor]
+
+_state_lock = threading.Lock()
+_marlin_apply: MarlinApply | None = None
+_settings: settings.Settings | None = None
+_table: CalibrationTable | None = None
+_capture_fallback_logged = False
+
+
+def install_marlin_apply(marlin_apply: MarlinApply | None) -> None:
+    """Set the Marlin apply the small-M path calls (keyword arguments of apply_fp8_marlin_linear)."""
+    global _marlin_apply
+    _marlin_apply = marlin_apply
+
+
+def configure(current: settings.Settings, table: CalibrationTable | None) -> None:
+    """Fix the thresholds, channel-scale mode and calibration table for this process."""
+    global _settings, _table
+    with _state_lock:
+        _settings, _table = current, table
+
+
+def _current() -> tuple[settings.Settings, CalibrationTable | None]:
+    global _settings, _table
+    with _state_lock:
+        if _settings is None:
+            _settings = settings.load()
+            if _settings.calibration_table is not None:
+                _table = load_table(_settings.calibration_table)
+        return _settings, _table
+
+
+def choose_path(m: int, size_n: int, size_k: int) -> str:
+    """'marlin' or 'unpack' for a call with M tokens on an (n, k) layer."""
+    current, table = _current()
+    if m <= current.small_m_max:
+        return MARLIN
+    if m >= current.large_m_min:
+        return UNPACK
+    return MARLIN if table is None else table.lookup(size_n, size_k, m)
+
+
+def _call_marlin(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    workspace: torch.Tensor | None,
+    size_n: int,
+    size_k: int,
+    bias: torch.Tensor | None,
+    use_fp32_reduce: bool,
+) -> torch.Tensor:
+    if _marlin_apply is None:
+        raise RuntimeError(
+            "vllm-dualpath: no Marlin apply installed; vllm_dualpath.plugin.register() installs "
+            "vLLM's, tests and benchmarks install theirs with op.install_marlin_apply()"
+        )
+    output = _marlin_apply(
+        input=input,
+        weight=weight,
+        weight_scale=weight_scale,
+        workspace=workspace,
+        size_n=size_n,
+        size_k=size_k,
+        bias=bias,
+        use_fp32_reduce=use_fp32_reduce,
+    )
+    # The fake implementation promises a fresh contiguous tensor.
+    return output.contiguous()
+
+
+def _matmul_fp32(x: torch.Tensor, weight_nk: torch.Tensor) -> torch.Tensor:
+    """x @ weight.T accumulated and returned in fp32 (BF16 inputs are exact in fp32)."""
+    if x.is_cuda:
+        return torch.mm(x, weight_nk.t(), out_dtype=torch.float32)
+    return torch.mm(x.float(), weight_nk.t().float())
+
+
+def unpack_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    size_n: int,
+    size_k: int,
+    bias: torch.Tensor | None,
+    weight_buffer: torch.Tensor | None,
+    channel_scale: str,
+) -> torch.Tensor:
+    """x[M, size_k] @ W.T (+ bias) with W unpacked from the Marlin layout into weight_buffer.
+
+    Group-wise scales are applied in the unpack (as Marlin does, to the weight). Channel-wise
+    scales follow ``channel_scale``: 'epilogue' multiplies the fp32 GEMM output as Marlin does,
+    'unpack' folds them into the weight.
+    """
+    padded_n, _ = layout.marlin_repacked_nk(weight)
+    plain_bias = None
+    if bias is not None:
+        plain_bias = layout.unpermute_channels(bias)[:size_n]
+    if weight_scale.shape[0] == 1 and channel_scale == settings.CHANNEL_SCALE_EPILOGUE:
+        unscaled = unpack.unpack_weight(weight, None, size_n, size_k, out=weight_buffer)
+        accumulator = _matmul_fp32(x, unscaled)
+        channel_scales = layout.unpermute_channels(weight_scale.reshape(padded_n))[:size_n]
+        accumulator.mul_(channel_scales.float() * 2.0**-layout.BF16_EXPONENT_BIAS_LOG2)
+        if plain_bias is not None:
+            accumulator.add_(plain_bias.float())
+        return accumulator.to(x.dtype)
+    scaled = unpack.unpack_weight(weight, weight_scale, size_n, size_k, out=weight_buffer)
+    return F.linear(x, scaled, plain_bias)
+
+
+def _unpack_supported(input: torch.Tensor, weight_scale: torch.Tensor) -> bool:
+    # Scales carry the BF16 exponent bias only for BF16 activations; FP16 ones stay on Marlin.
+    return input.dtype == torch.bfloat16 and weight_scale.dtype == torch.bfloat16
+
+
+@torch.library.custom_op("dualpath::fp8_marlin_linear", mutates_args=())
+def fp8_marlin_linear(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    workspace: torch.Tensor | None,
+    size_n: int,
+    size_k: int,
+    bias: torch.Tensor | None,
+    use_fp32_reduce: bool,
+) -> torch.Tensor:
+    """apply_fp8_marlin_linear's contract, dispatched on M = tokens in this call."""
+    global _capture_fallback_logged
+    m = input.numel() // input.shape[-1]
+    arguments: dict[str, Any] = {
+        "input": input,
+        "weight": weight,
+        "weight_scale": weight_scale,
+        "workspace": workspace,
+        "size_n": size_n,
+        "size_k": size_k,
+        "bias": bias,
+        "use_fp32_reduce": use_fp32_reduce,
+    }
+    if choose_path(m, size_n, size_k) == MARLIN or not _unpack_supported(input, weight_scale):
+        return _call_marlin(**arguments)
+    buffer = scratch.acquire(input.device, size_n * size_k)
+    if buffer is None:
+        if not _capture_fallback_logged:
+            _capture_fallback_logged = True
+            logger.info(
+                "vllm-dualpath: scratch too small during CUDA-graph capture (M=%d, %dx%d); "
+                "Marlin serves that graph",
+                m, size_n, size_k,
+            )
+        return _call_marlin(**arguments)
+    current, _ = _current()
+    output = unpack_linear(
+        input.reshape(m, size_k), weight, weight_scale, size_n, size_k, bias, buffer,
+        current.channel_scale,
+    )
+    return output.reshape(*input.shape[:-1], size_n)
+
+
+@fp8_marlin_linear.register_fake
+def _fp8_marlin_linear_fake(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    workspace: torch.Tensor | None,
+    size_n: int,
+    size_k: int,
+    bias: torch.Tensor | None,
+    use_fp32_reduce: bool,
+) -> torch.Tensor:
+    return input.new_empty((*input.shape[:-1], size_n))

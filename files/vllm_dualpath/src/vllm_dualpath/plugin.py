@@ -1,0 +1,250 @@
+"""vLLM general plugin: route vLLM's FP8 Marlin dense apply through the dual-path op.
+
+vLLM calls ``register()`` in every process (API server, engine core, each TP worker) before
+the model loads. It checks that vLLM's internals are the ones this overlay was built against;
+if anything differs it logs one warning naming what is missing and changes nothing (or, with
+DUALPATH_STRICT=1, refuses to start). Importing this module touches neither vLLM nor CUDA.
+
+Where the apply lives (checked against the vLLM sources by the contract tests):
+
+* recent vLLM (0.33, 0.34): ``MarlinFP8ScaledMMLinearKernel.apply_weights`` in
+  ``vllm.model_executor.kernels.linear.scaled_mm.marlin`` calls the name
+  ``apply_fp8_marlin_linear`` it imported from ``marlin_utils_fp8``;
+* older vLLM: ``Fp8LinearMethod.apply`` and others call that module-level function directly.
+
+Either way the function is rebound, in its own module and in every module that imported it by
+name, to a wrapper with the same parameters that calls ``torch.ops.dualpath.fp8_marlin_linear``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Final
+
+from vllm_dualpath import settings
+
+logger = logging.getLogger("vllm.dualpath")
+
+SOURCE_MODULE: Final = "vllm.model_executor.layers.quantization.utils.marlin_utils_fp8"
+FUNCTION_NAME: Final = "apply_fp8_marlin_linear"
+KERNEL_MODULE: Final = "vllm.model_executor.kernels.linear.scaled_mm.marlin"
+KERNEL_CLASS: Final = "MarlinFP8ScaledMMLinearKernel"
+KERNEL_METHOD: Final = "apply_weights"
+
+# The leading parameters the op needs, in this order, in every supported version.
+LEADING_PARAMETERS: Final = (
+    "input", "weight", "weight_scale", "workspace", "size_n", "size_k", "bias",
+)
+# Trailing parameters known to come and go between versions (all with defaults).
+OPTIONAL_PARAMETERS: Final = frozenset({"input_dtype", "use_fp32_reduce"})
+
+# Versions whose sources the contract tests check; others are tried on structure alone.
+TESTED_VLLM_VERSIONS: Final = ("0.33.0", "0.34.0")
+
+
+class IncompatibleVllm(RuntimeError):
+    """vLLM's FP8 Marlin apply path is not what the overlay expects."""
+
+
+@dataclass
+class Route:
+    """What register() found and changed."""
+
+    original: Callable[..., Any]
+    modules: list[ModuleType]
+    via_kernel_class: bool
+    vllm_version: str
+    wrapper: Callable[..., Any] | None = field(default=None)
+
+
+_route: Route | None = None
+_warned = False
+
+
+def check_signature(function: Callable[..., Any]) -> dict[str, Any]:
+    """Defaults of the optional parameters; IncompatibleVllm naming any surprise."""
+    parameters = list(inspect.signature(function).parameters.values())
+    names = [p.name for p in parameters]
+    leading = tuple(names[: len(LEADING_PARAMETERS)])
+    if leading != LEADING_PARAMETERS:
+        raise IncompatibleVllm(
+            f"{SOURCE_MODULE}.{FUNCTION_NAME} takes ({', '.join(names)}); expected it to start "
+            f"with ({', '.join(LEADING_PARAMETERS)})"
+        )
+    optional: dict[str, Any] = {}
+    for parameter in parameters[len(LEADING_PARAMETERS):]:
+        if parameter.name not in OPTIONAL_PARAMETERS:
+            raise IncompatibleVllm(
+                f"{SOURCE_MODULE}.{FUNCTION_NAME} has an unknown parameter {parameter.name!r}"
+            )
+        if parameter.default is inspect.Parameter.empty:
+            raise IncompatibleVllm(
+                f"{SOURCE_MODULE}.{FUNCTION_NAME} parameter {parameter.name!r} has no default"
+            )
+        optional[parameter.name] = parameter.default
+    if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters):
+        raise IncompatibleVllm(f"{SOURCE_MODULE}.{FUNCTION_NAME} takes *args or **kwargs")
+    return optional
+
+
+def _import(name: str) -> ModuleType | None:
+    """The module, or None when it (not something it imports) does not exist."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and name.startswith(error.name):
+            return None
+        raise IncompatibleVllm(f"importing {name} failed: {error}") from error
+    except Exception as error:
+        raise IncompatibleVllm(f"importing {name} failed: {error!r}") from error
+
+
+def find_route() -> Route:
+    """Locate vLLM's FP8 Marlin apply and every binding of it; change nothing."""
+    vllm = _import("vllm")
+    if vllm is None:
+        raise IncompatibleVllm("vllm is not importable")
+    version = str(getattr(vllm, "__version__", "unknown"))
+    source = _import(SOURCE_MODULE)
+    if source is None:
+        raise IncompatibleVllm(f"module {SOURCE_MODULE} is missing (vLLM {version})")
+    original = getattr(source, FUNCTION_NAME, None)
+    if not callable(original):
+        raise IncompatibleVllm(f"{SOURCE_MODULE}.{FUNCTION_NAME} is missing (vLLM {version})")
+    check_signature(original)
+
+    kernel_module = _import(KERNEL_MODULE)
+    via_kernel_class = kernel_module is not None
+    if kernel_module is not None:
+        kernel = getattr(kernel_module, KERNEL_CLASS, None)
+        method = getattr(kernel, KERNEL_METHOD, None)
+        if method is None:
+            raise IncompatibleVllm(f"{KERNEL_MODULE}.{KERNEL_CLASS}.{KERNEL_METHOD} is missing")
+        code = getattr(method, "__code__", None)
+        if code is None or FUNCTION_NAME not in code.co_names:
+            raise IncompatibleVllm(
+                f"{KERNEL_CLASS}.{KERNEL_METHOD} no longer calls {FUNCTION_NAME}"
+            )
+        if getattr(kernel_module, FUNCTION_NAME, None) is not original:
+            raise IncompatibleVllm(
+                f"{KERNEL_MODULE}.{FUNCTION_NAME} is not {SOURCE_MODULE}.{FUNCTION_NAME}"
+            )
+
+    modules = [source]
+    for name, module in list(sys.modules.items()):
+        if module is source or not name.startswith("vllm.") or module is None:
+            continue
+        if getattr(module, FUNCTION_NAME, None) is original:
+            modules.append(module)
+    return Route(original, modules, via_kernel_class, version)
+
+
+def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A function with original's parameters that calls the dual-path op."""
+    import torch
+
+    from vllm_dualpath import op
+
+    optional = check_signature(original)
+    use_fp32_reduce_default = optional.get("use_fp32_reduce", True)
+    accepts_input_dtype = "input_dtype" in optional
+
+    @functools.wraps(original)
+    def routed(
+        input: torch.Tensor,
+        weight: torch.Tensor,
+        weight_scale: torch.Tensor,
+        workspace: torch.Tensor | None,
+        size_n: int,
+        size_k: int,
+        bias: torch.Tensor | None = None,
+        **optional_arguments: Any,
+    ) -> torch.Tensor:
+        unknown = set(optional_arguments) - set(optional)
+        if unknown:
+            raise TypeError(f"{FUNCTION_NAME}() got unexpected arguments {sorted(unknown)}")
+        if accepts_input_dtype and optional_arguments.get("input_dtype") is not None:
+            # Quantized activations are not a weight-only layer: vLLM's own code decides.
+            return original(
+                input=input, weight=weight, weight_scale=weight_scale, workspace=workspace,
+                size_n=size_n, size_k=size_k, bias=bias, **optional_arguments,
+            )
+        return torch.ops.dualpath.fp8_marlin_linear(
+            input, weight, weight_scale, workspace, size_n, size_k, bias,
+            bool(optional_arguments.get("use_fp32_reduce", use_fp32_reduce_default)),
+        )
+
+    op.install_marlin_apply(original)
+    return routed
+
+
+def _apply(route: Route, wrapper: Callable[..., Any]) -> None:
+    for module in route.modules:
+        setattr(module, FUNCTION_NAME, wrapper)
+    route.wrapper = wrapper
+
+
+def unregister() -> None:
+    """Put back vLLM's own function everywhere register() rebound it."""
+    global _route
+    if _route is None:
+        return
+    for module in _route.modules:
+        if getattr(module, FUNCTION_NAME, None) is _route.wrapper:
+            setattr(module, FUNCTION_NAME, _route.original)
+    _route = None
+    from vllm_dualpath import op
+
+    op.install_marlin_apply(None)
+
+
+def registered_route() -> Route | None:
+    """The route register() applied in this process, if any."""
+    return _route
+
+
+def register() -> None:
+    """vLLM plugin entry point; see the module docstring."""
+    global _route, _warned
+    current = settings.load()  # an invalid value stops startup here, naming the variable
+    if not current.enabled:
+        logger.info("vllm-dualpath: disabled by %s", settings.ENABLED)
+        return
+    if _route is not None:
+        return
+    try:
+        route = find_route()
+        from vllm_dualpath import calibration, op
+
+        table = None
+        if current.calibration_table is not None:
+            table = calibration.load(current.calibration_table)
+        wrapper = make_wrapper(route.original)
+    except IncompatibleVllm as error:
+        if current.strict:
+            raise IncompatibleVllm(f"vllm-dualpath ({settings.STRICT}=1): {error}") from error
+        if not _warned:
+            _warned = True
+            logger.warning(
+                "vllm-dualpath: %s; vLLM is left unchanged (FP8 layers keep Marlin only)", error
+            )
+        return
+    op.configure(current, table)
+    _apply(route, wrapper)
+    _route = route
+    if route.vllm_version not in TESTED_VLLM_VERSIONS:
+        logger.info(
+            "vllm-dualpath: vLLM %s is not one of the tested versions %s; its internals match",
+            route.vllm_version, ", ".join(TESTED_VLLM_VERSIONS),
+        )
+    logger.info(
+        "vllm-dualpath: %s routed through torch.ops.dualpath.fp8_marlin_linear in %d module(s)",
+        FUNCTION_NAME, len(route.modules),
+    )
