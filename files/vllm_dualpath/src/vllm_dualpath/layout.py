@@ -150,11 +150,14 @@ def decode_fp8_as_marlin(codes: torch.Tensor) -> torch.Tensor:
 
 
 _BF16_MIN_NORMAL_LOG2: Final = -126
+CANONICAL_NAN_BITS: Final = 0x7FC0
 _BF16_SUBNORMAL_UNIT_LOG2: Final = -133
 
 
 def round_to_bf16(exact: torch.Tensor) -> torch.Tensor:
     """float64 values with at most 24 significant bits -> BF16, rounded to nearest even once.
+
+    Every NaN becomes the quiet NaN 0x7FC0.
 
     float64 -> float32 is exact for such values while they are normal in float32; below that
     the rounding is done on the BF16 subnormal grid directly, so nothing rounds twice.
@@ -162,7 +165,10 @@ def round_to_bf16(exact: torch.Tensor) -> torch.Tensor:
     tiny = exact.abs() < 2.0**_BF16_MIN_NORMAL_LOG2
     on_grid = torch.round(exact * 2.0**-_BF16_SUBNORMAL_UNIT_LOG2) * 2.0**_BF16_SUBNORMAL_UNIT_LOG2
     chosen = torch.where(tiny, on_grid, exact)
-    return chosen.to(torch.float32).to(torch.bfloat16)
+    rounded = chosen.to(torch.float32).to(torch.bfloat16)
+    # One NaN encoding for every NaN (the unpack kernel writes the same), payloads are not kept.
+    canonical_nan = torch.tensor(CANONICAL_NAN_BITS, dtype=torch.int16).view(torch.bfloat16)
+    return torch.where(torch.isnan(exact), canonical_nan, rounded)
 
 
 def dequantize_reference(

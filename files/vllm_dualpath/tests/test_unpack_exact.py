@@ -1,0 +1,143 @@
+"""The Triton unpack is bit-exact with the reference layout + exact rounding, on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fp8_cases import Case, all_codes_weight, bits, build
+
+from vllm_dualpath import layout, unpack
+
+CASES = [
+    # Channel-wise scales (per-tensor and per-shard arrive expanded to channel-wise).
+    Case(64, 128, "channel"),
+    Case(128, 64, "channel"),
+    Case(256, 256, "channel"),
+    Case(1, 1, "channel"),
+    Case(3, 5, "tensor"),
+    Case(65, 129, "channel"),
+    Case(100, 300, "shard"),
+    Case(127, 255, "channel"),
+    Case(192, 320, "tensor"),
+    Case(320, 192, "shard"),
+    Case(1000, 72, "channel"),
+    Case(72, 1000, "channel"),
+    Case(130, 64, "channel"),
+    # Block (128x128) quantization -> group-wise scales.
+    Case(128, 128, "block"),
+    Case(256, 384, "block"),
+    Case(200, 300, "block"),
+    Case(130, 260, "block"),
+    Case(384, 128, "block"),  # a single K block: Marlin permutes it channel-wise
+    Case(64, 512, "block"),
+    Case(500, 640, "block"),
+    Case(129, 1000, "block"),
+    Case(96, 200, "block", seed=3),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_scaled_unpack_matches_reference_bit_for_bit(case: Case):
+    weight, packed, stored, _ = build(case)
+    assert torch.equal(layout.unpack_reference(packed)[: case.size_k, : case.size_n], weight.t())
+    expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
+    got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k)
+    assert got.shape == (case.size_n, case.size_k) and got.dtype == torch.bfloat16
+    assert torch.equal(bits(got), bits(expected))
+
+
+@pytest.mark.parametrize("case", CASES[:6] + CASES[13:16], ids=str)
+def test_unscaled_unpack_gives_exact_fp8_values(case: Case):
+    weight, packed, _, _ = build(case)
+    got = unpack.unpack_weight(packed, None, case.size_n, case.size_k)
+    expected = layout.decode_fp8_as_marlin(weight).to(torch.bfloat16)
+    assert torch.equal(bits(got), bits(expected))
+
+
+def test_reference_agrees_with_plain_torch_dequantization_on_normal_results():
+    """Independent of the layout: fp8 -> float32 x scale -> bf16 with torch's own rounding."""
+    case = Case(200, 300, "channel", seed=5)
+    weight, packed, stored, _ = build(case)
+    expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
+    scale = layout.true_scales(layout.unpermute_scales(stored))[0, : case.size_n]
+    plain = (layout.decode_fp8_as_marlin(weight) * scale[:, None]).float().to(torch.bfloat16)
+    normal = plain.float().abs() >= 2.0**-126
+    assert normal.float().mean() > 0.9
+    assert torch.equal(bits(expected)[normal], bits(plain)[normal])
+
+
+def test_data_exercises_rounding_so_truncation_would_fail():
+    """Rounding toward zero (what the CPU interpreter's float casts do) differs on this data."""
+    case = Case(256, 384, "block")
+    _, packed, stored, _ = build(case)
+    codes = layout.unpack_reference(packed)
+    scales = layout.true_scales(layout.unpermute_scales(stored)).repeat_interleave(128, dim=0)
+    exact = (layout.decode_fp8_as_marlin(codes) * scales).float()
+    truncated = (exact.view(torch.int32) >> 16).to(torch.int16)
+    nearest = bits(layout.round_to_bf16(exact.double()))
+    assert (truncated != nearest).float().mean() > 0.2
+
+
+def test_every_scale_bit_pattern_including_subnormal_inf_and_nan():
+    """Stored scales over all 65536 BF16 patterns, against all 256 codes."""
+    size_n, size_k = 256, 256
+    generator = torch.Generator().manual_seed(11)
+    weight = all_codes_weight(size_n, size_k, generator)
+    codes = torch.zeros(size_k, size_n, dtype=torch.uint8)
+    codes[:, :] = weight.t()
+    packed = layout.repack_reference(codes)
+    patterns = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    group_scales = patterns.view(torch.bfloat16).view(size_k // 1, size_n)  # one group per k row
+    stored = group_scales.contiguous()
+    expected = layout.dequantize_reference(packed, stored, size_n, size_k)
+    got = unpack.unpack_weight(packed, stored, size_n, size_k)
+    assert torch.isnan(expected).any() and torch.isinf(expected).any()
+    tiny = (expected != 0) & (expected.float().abs() < 2.0**-126)
+    assert tiny.any()
+    assert torch.equal(bits(got), bits(expected))
+
+
+@pytest.mark.parametrize(("block_n", "block_k"), [(16, 32), (64, 64), (8, 256)])
+def test_tile_sizes_do_not_change_the_result(block_n: int, block_k: int):
+    case = Case(200, 300, "block", seed=2)
+    _, packed, stored, _ = build(case)
+    expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
+    got = unpack.unpack_weight(
+        packed, stored, case.size_n, case.size_k, block_n=block_n, block_k=block_k
+    )
+    assert torch.equal(bits(got), bits(expected))
+
+
+def test_writes_into_the_start_of_a_larger_buffer_and_nothing_else():
+    case = Case(100, 300, "channel", seed=4)
+    _, packed, stored, _ = build(case)
+    sentinel = torch.tensor(-7.0, dtype=torch.bfloat16)
+    buffer = torch.full((case.size_n * case.size_k + 999,), sentinel.item(), dtype=torch.bfloat16)
+    got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k, out=buffer)
+    assert got.data_ptr() == buffer.data_ptr()
+    expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
+    assert torch.equal(bits(buffer[: got.numel()].view_as(got)), bits(expected))
+    assert torch.equal(buffer[got.numel():], torch.full((999,), sentinel.item(), dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda p, s, o: (p.to(torch.int64), s, o), "int32"),
+        (lambda p, s, o: (p, s.float(), o), "bfloat16"),
+        (lambda p, s, o: (p, s[:, :64].contiguous(), o), "do not match"),
+        (lambda p, s, o: (p, s, torch.empty(10, dtype=torch.bfloat16)), "out must be"),
+    ],
+)
+def test_rejects_inputs_it_cannot_read(mutate, message):
+    case = Case(100, 300, "channel")
+    _, packed, stored, _ = build(case)
+    packed, stored, out = mutate(packed, stored, None)
+    with pytest.raises(ValueError, match=message):
+        unpack.unpack_weight(packed, stored, case.size_n, case.size_k, out=out)
+
+
+def test_rejects_sizes_larger_than_the_packed_weight():
+    _, packed, stored, _ = build(Case(100, 300, "channel"))
+    with pytest.raises(ValueError, match="does not fit"):
+        unpack.unpack_weight(packed, stored, 257, 300)
