@@ -1,0 +1,134 @@
+"""The dual-path op: M dispatch, both unpack modes, fallbacks, fake implementation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fp8_cases import Case, build
+from marlin_standin import MarlinStandIn, reference_linear
+
+from vllm_dualpath import calibration, op, scratch, settings
+
+
+@pytest.fixture
+def marlin():
+    standin = MarlinStandIn()
+    op.install_marlin_apply(standin)
+    op.configure(settings.load({}), None)
+    scratch.release_all()
+    yield standin
+    op.install_marlin_apply(None)
+    op.configure(settings.load({}), None)
+    scratch.release_all()
+
+
+def _call(case: Case, m: int, dtype=torch.bfloat16, with_bias=True, leading=()):
+    _, packed, stored, stored_bias = build(case)
+    generator = torch.Generator().manual_seed(m)
+    x = torch.randn(*leading, m, case.size_k, generator=generator).to(dtype)
+    bias = stored_bias if with_bias else None
+    out = torch.ops.dualpath.fp8_marlin_linear(
+        x, packed, stored, None, case.size_n, case.size_k, bias, True
+    )
+    expected = reference_linear(
+        x.reshape(-1, case.size_k), packed, stored, case.size_n, case.size_k, bias
+    ).reshape(*leading, m, case.size_n)
+    return out, expected
+
+
+def _close(out: torch.Tensor, expected: torch.Tensor) -> None:
+    # Different summation orders: allow a couple of BF16 ulps of the output's magnitude.
+    torch.testing.assert_close(out.float(), expected.float(), rtol=2**-7, atol=1e-2 * expected.float().abs().max().item())
+
+
+@pytest.mark.parametrize("m", [1, 7, 20])
+def test_small_m_calls_marlin_unchanged(marlin, m):
+    out, expected = _call(Case(100, 300, "channel"), m)
+    assert marlin.calls == [m]
+    assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("case", [Case(100, 300, "channel"), Case(200, 300, "block"), Case(64, 128, "tensor")], ids=str)
+@pytest.mark.parametrize("mode", ["epilogue", "unpack"])
+def test_large_m_unpacks_and_matches_marlins_arithmetic(marlin, case, mode):
+    op.configure(settings.load({"DUALPATH_CHANNEL_SCALE": mode}), None)
+    out, expected = _call(case, 1024, leading=(2,))
+    assert marlin.calls == []
+    assert out.shape == (2, 1024, case.size_n) and out.dtype == torch.bfloat16
+    _close(out, expected)
+    assert scratch.capacity(torch.device("cpu")) >= case.size_n * case.size_k
+
+
+def test_epilogue_mode_rounds_once_like_marlin_on_channel_scales(marlin):
+    """With exact weights and an fp32 accumulator, only the summation order differs."""
+    op.configure(settings.load({"DUALPATH_CHANNEL_SCALE": "epilogue"}), None)
+    out, expected = _call(Case(64, 128, "channel"), 1100, with_bias=False)
+    differing = (out != expected).float().mean().item()
+    assert differing < 0.02
+
+
+def test_between_thresholds_the_table_decides(marlin):
+    case = Case(100, 300, "channel")
+    table = calibration.parse(
+        {"format": 1, "shapes": [{"n": 100, "k": 300, "unpack_from_m": 200}]}
+    )
+    op.configure(settings.load({}), table)
+    _call(case, 199)
+    assert marlin.calls == [199]
+    out, expected = _call(case, 200)
+    assert marlin.calls == [199]
+    _close(out, expected)
+    op.configure(settings.load({}), None)
+    _call(case, 1023)
+    assert marlin.calls == [199, 1023]
+
+
+def test_thresholds_come_from_settings(marlin):
+    op.configure(settings.load({"DUALPATH_SMALL_M_MAX": "4", "DUALPATH_LARGE_M_MIN": "8"}), None)
+    _call(Case(64, 128, "channel"), 8)
+    _call(Case(64, 128, "channel"), 4)
+    assert marlin.calls == [4]
+
+
+def test_fp16_activations_stay_on_marlin(marlin):
+    _call(Case(64, 128, "channel"), 2048, dtype=torch.float16)
+    assert marlin.calls == [2048]
+
+
+def test_capture_without_scratch_falls_back_to_marlin(marlin, monkeypatch):
+    monkeypatch.setattr(scratch, "_capturing", lambda device: True)
+    out, expected = _call(Case(64, 128, "channel"), 2048)
+    assert marlin.calls == [2048]
+    assert torch.equal(out, expected)
+
+
+def test_without_an_installed_marlin_the_error_says_so(marlin):
+    op.install_marlin_apply(None)
+    with pytest.raises(RuntimeError, match="no Marlin apply installed"):
+        _call(Case(64, 128, "channel"), 1)
+
+
+def test_opcheck_schema_fake_and_dispatch(marlin):
+    _, packed, stored, stored_bias = build(Case(100, 300, "block"))
+    for m in (3, 1500):
+        x = torch.randn(m, 300).to(torch.bfloat16)
+        torch.library.opcheck(
+            torch.ops.dualpath.fp8_marlin_linear.default,
+            (x, packed, stored, None, 100, 300, stored_bias, True),
+            test_utils=("test_schema", "test_faketensor"),
+        )
+
+
+def test_branch_survives_compilation_with_dynamic_m(marlin):
+    """Compiled once, the op still picks its path per call (the branch is inside the op)."""
+    case = Case(64, 128, "channel")
+    _, packed, stored, stored_bias = build(case)
+
+    def layer(x):
+        return torch.ops.dualpath.fp8_marlin_linear(x, packed, stored, None, 64, 128, stored_bias, True)
+
+    compiled = torch.compile(layer, backend="aot_eager", dynamic=True, fullgraph=True)
+    compiled(torch.randn(5, 128).to(torch.bfloat16))
+    compiled(torch.randn(1500, 128).to(torch.bfloat16))
+    compiled(torch.randn(6, 128).to(torch.bfloat16))
+    assert marlin.calls == [5, 6]

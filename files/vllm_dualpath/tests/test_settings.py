@@ -1,0 +1,53 @@
+"""Environment settings: defaults, parsing, and errors that name the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_dualpath import settings
+
+
+def test_defaults_with_an_empty_environment():
+    current = settings.load({})
+    assert current == settings.Settings()
+    assert (current.small_m_max, current.large_m_min) == (20, 1024)
+    assert current.enabled and not current.strict
+    assert current.channel_scale == settings.CHANNEL_SCALE_EPILOGUE
+
+
+def test_values_are_read(tmp_path):
+    table = tmp_path / "table.json"
+    table.write_text("{}")
+    current = settings.load(
+        {
+            "DUALPATH_ENABLED": "off",
+            "DUALPATH_SMALL_M_MAX": "32",
+            "DUALPATH_LARGE_M_MIN": " 256 ",
+            "DUALPATH_CALIBRATION_TABLE": str(table),
+            "DUALPATH_STRICT": "Yes",
+            "DUALPATH_CHANNEL_SCALE": "unpack",
+        }
+    )
+    assert current == settings.Settings(False, 32, 256, table, True, "unpack")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("DUALPATH_ENABLED", "maybe"),
+        ("DUALPATH_STRICT", "2"),
+        ("DUALPATH_SMALL_M_MAX", "twenty"),
+        ("DUALPATH_SMALL_M_MAX", "-1"),
+        ("DUALPATH_LARGE_M_MIN", "1e3"),
+        ("DUALPATH_CHANNEL_SCALE", "kernel"),
+        ("DUALPATH_CALIBRATION_TABLE", "/nonexistent/table.json"),
+    ],
+)
+def test_invalid_value_is_an_error_naming_the_variable(variable, value):
+    with pytest.raises(settings.SettingsError, match=variable):
+        settings.load({variable: value})
+
+
+def test_thresholds_must_leave_the_large_one_above_the_small_one():
+    with pytest.raises(settings.SettingsError, match="DUALPATH_LARGE_M_MIN=64 must be greater"):
+        settings.load({"DUALPATH_SMALL_M_MAX": "64", "DUALPATH_LARGE_M_MIN": "64"})
