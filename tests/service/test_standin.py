@@ -1,0 +1,152 @@
+"""The lab's vLLM stand-in behaves like a two-node vLLM where the roles depend on it."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.service.standin_pair import STANDIN, Pair, fake_plugin
+
+sys.path.insert(0, str(STANDIN))
+from vllm_standin import cli, plugins
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    started = Pair(tmp_path, fake_plugin(tmp_path / "overlay"), {"STANDIN_COMPLETION": " 4"})
+    yield started
+    started.stop()
+
+
+def completion(pair: Pair, prompt: str = "2+2=") -> tuple[int, dict[str, Any]]:
+    return pair.call("/v1/completions", {"model": "test-model", "prompt": prompt, "max_tokens": 4})
+
+
+def test_pair_serves_through_both_ranks(pair: Pair) -> None:
+    pair.start(1)
+    pair.start(0)
+    pair.wait_ready()
+    status, body = completion(pair)
+    assert status == 200, body
+    assert body["choices"][0]["text"] == " 4"
+    assert body["standin"]["ranks"] == [0, 1]
+    assert pair.call("/v1/models", key="wrong")[0] == 401
+    assert completion(pair)[1]["id"] == body["id"], "answers must be deterministic"
+    status, body = pair.call("/v1/completions", {"model": "other", "prompt": "x"})
+    assert status == 404
+
+
+def test_both_ranks_load_and_call_the_plugin(pair: Pair) -> None:
+    pair.start(1, {"VLLM_PLUGINS": "dualpath"})
+    pair.start(0, {"VLLM_PLUGINS": "dualpath"})
+    pair.wait_ready()
+    status, body = pair.call("/standin/plugins")
+    assert status == 200
+    for rank in ("0", "1"):
+        (report,) = body["ranks"][rank]
+        assert report["name"] == "dualpath"
+        assert report["status"] == "called"
+        assert report["version"] == "1.2.3"
+        assert report["location"].startswith(str(pair.workdir / "overlay"))
+    assert "fake plugin registered" in pair.ranks[0].output()
+
+
+def test_losing_rank1_kills_rank0(pair: Pair) -> None:
+    rank1 = pair.start(1)
+    rank0 = pair.start(0)
+    pair.wait_ready()
+    rank1.proc.send_signal(signal.SIGTERM)
+    assert rank1.proc.wait(timeout=10) == 0
+    assert rank0.proc.wait(timeout=10) == 1
+    assert "tensor-parallel group broken" in rank0.output()
+
+
+def test_sigterm_on_rank0_drains_in_flight_requests(tmp_path: Path) -> None:
+    pair = Pair(tmp_path, None, {"STANDIN_COMPLETION_DELAY_S": "2"})
+    try:
+        rank1 = pair.start(1)
+        rank0 = pair.start(0)
+        pair.wait_ready()
+        answers: list[int] = []
+        worker = threading.Thread(target=lambda: answers.append(completion(pair)[0]))
+        worker.start()
+        threading.Event().wait(0.5)  # the request is admitted and generating (2 s)
+        rank0.proc.send_signal(signal.SIGTERM)
+        threading.Event().wait(0.5)
+        with pytest.raises(OSError):
+            completion(pair)
+        worker.join(timeout=10)
+        assert answers == [200], "the request in flight at SIGTERM must be answered"
+        assert rank0.proc.wait(timeout=10) == 0
+        assert rank1.proc.wait(timeout=10) == 0, "a clean shutdown of rank 0 ends rank 1 cleanly"
+    finally:
+        pair.stop()
+
+
+def test_rank1_waits_for_rank0_then_times_out(tmp_path: Path) -> None:
+    pair = Pair(tmp_path, None, {"STANDIN_RENDEZVOUS_TIMEOUT_S": "1"})
+    try:
+        rank1 = pair.start(1)
+        assert rank1.proc.wait(timeout=10) == 1
+        assert "RendezvousError" in rank1.output()
+    finally:
+        pair.stop()
+
+
+def test_injected_load_failure(tmp_path: Path) -> None:
+    pair = Pair(tmp_path, None, {"STANDIN_FAIL": "load"})
+    try:
+        rank0 = pair.start(0)
+        assert rank0.proc.wait(timeout=10) == 1
+        assert "STANDIN_FAIL=load" in rank0.output()
+    finally:
+        pair.stop()
+
+
+def test_register_that_raises_stops_the_node(tmp_path: Path) -> None:
+    overlay = fake_plugin(tmp_path / "overlay")
+    init = overlay / "fakeplugin/__init__.py"
+    init.write_text("def register():\n    raise RuntimeError('boom')\n", encoding="utf-8")
+    pair = Pair(tmp_path, overlay, {})
+    try:
+        rank0 = pair.start(0)
+        assert rank0.proc.wait(timeout=10) == 1
+        assert "boom" in rank0.output()
+    finally:
+        pair.stop()
+
+
+def test_plugin_filter_and_import_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    overlay = fake_plugin(tmp_path / "overlay", body="import no_such_module_anywhere")
+    monkeypatch.syspath_prepend(str(overlay))
+    reports = plugins.load_general_plugins({"VLLM_PLUGINS": "dualpath"})
+    mine = [r for r in reports if r["distribution"] == "fakeplugin"]
+    assert [r["status"] for r in mine] == ["load_failed"]
+    assert "no_such_module_anywhere" in mine[0]["error"]
+    reports = plugins.load_general_plugins({"VLLM_PLUGINS": "someotherplugin"})
+    assert [r["status"] for r in reports if r["distribution"] == "fakeplugin"] == ["not_allowed"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--nnodes", "2", "--node-rank", "1"], "--headless"),
+        (["--nnodes", "2", "--node-rank", "0", "--headless"], "cannot be --headless"),
+        (["--nnodes", "2", "--node-rank", "2", "--headless"], "outside"),
+        (["--nnodes", "2", "--tensor-parallel-size", "3"], "does not split"),
+    ],
+)
+def test_topology_errors(argv: list[str], problem: str) -> None:
+    args = cli.parser().parse_args(["serve", "/m", "--tensor-parallel-size", "2", *argv])
+    assert problem in cli.check_topology(args)
+
+
+def test_unknown_serve_option_is_rejected() -> None:
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["serve", "/m", "--max-model-length", "10"])
