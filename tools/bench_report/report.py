@@ -1,0 +1,101 @@
+"""The report directory: Markdown with the table, the PNG beside it, and a JSON summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.bench_report.plots import plot_rows
+from tools.bench_report.seed import SEED_PRECISION_TABLE, SEED_SOURCE
+from tools.bench_report.serve_result import ResultFileError, ServeResult, load_serve_result
+from tools.bench_report.table import Row, build_rows, render_markdown
+
+FIGURE_NAME = "throughput.png"
+MARKDOWN_NAME = "report.md"
+SUMMARY_NAME = "summary.json"
+
+
+class NoResultsError(ValueError):
+    """The results directory holds no result of a known case."""
+
+
+@dataclass(frozen=True)
+class Report:
+    markdown: Path
+    figure: Path
+    summary: Path
+    rows: tuple[Row, ...]
+
+
+def load_results(results_dir: Path) -> dict[str, ServeResult]:
+    """Every *.json under results_dir, keyed by case; a later file of the same case wins."""
+    results: dict[str, ServeResult] = {}
+    for path in sorted(results_dir.glob("*.json")):
+        result = load_serve_result(path)
+        results[result.case] = result
+    return results
+
+
+def write_report(
+    results: Mapping[str, ServeResult], out_dir: Path, title: str, context: Mapping[str, str]
+) -> Report:
+    rows = build_rows(results)
+    if all(row.measured is None for row in rows):
+        raise NoResultsError("no result of a known case: nothing to report")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figure = plot_rows(rows, out_dir / FIGURE_NAME, title)
+    markdown = out_dir / MARKDOWN_NAME
+    markdown.write_text(_markdown(rows, title, context, results), encoding="utf-8")
+    summary = out_dir / SUMMARY_NAME
+    summary.write_text(json.dumps(_summary(rows, context), indent=2) + "\n", encoding="utf-8")
+    return Report(markdown, figure, summary, tuple(rows))
+
+
+def _markdown(
+    rows: Sequence[Row], title: str, context: Mapping[str, str], results: Mapping[str, ServeResult]
+) -> str:
+    models = sorted({result.model_id for result in results.values() if result.model_id})
+    lines = [f"# {title}", ""]
+    lines += [f"- {key}: {value}" for key, value in context.items()]
+    if models:
+        lines.append(f"- model: {', '.join(models)}")
+    lines += [
+        "- measured with `vllm bench serve` inside the runtime image, one request at a time;",
+        "  prefill = prompt tokens / time to first token, decode = tokens after the first /",
+        "  time after the first token, each the median over the case's requests.",
+        f"- reference figures: {SEED_SOURCE}.",
+        "",
+        render_markdown(rows),
+        f"![measured beside the reference]({FIGURE_NAME})",
+        "",
+        "## Reference: precision of the dense layers",
+        "",
+        "| precision of dense layers | prefill 12k tok/s | decode prose tok/s |",
+        "|---|---|---|",
+        *[f"| {name} | {prefill} | {decode} |" for name, prefill, decode in SEED_PRECISION_TABLE],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _summary(rows: Sequence[Row], context: Mapping[str, str]) -> dict[str, object]:
+    return {
+        "context": dict(context),
+        "cases": [
+            {
+                "case": row.case.name,
+                "phase": row.case.phase.value,
+                "measured_tok_s": row.measured,
+                "reference_tok_s": [row.case.seed_low, row.case.seed_high],
+                "ratio": row.ratio,
+                "requests": row.requests,
+                "note": row.note,
+            }
+            for row in rows
+        ],
+    }
+
+
+__all__ = ["NoResultsError", "Report", "ResultFileError", "load_results", "write_report"]

@@ -1,0 +1,71 @@
+"""The report's table: one row per case, measured beside the reference figure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from tools.bench_report.seed import CASES, Case, Phase
+from tools.bench_report.serve_result import ServeResult
+
+
+@dataclass(frozen=True)
+class Row:
+    case: Case
+    measured: float | None
+    requests: int
+    note: str
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured over the reference (its middle where the reference is a range)."""
+        return None if self.measured is None else self.measured / self.case.seed_mid
+
+
+def build_rows(results: Mapping[str, ServeResult]) -> list[Row]:
+    """One row per known case, in the reference's order; a case not run stays as 'not run'."""
+    rows = []
+    for case in CASES:
+        result = results.get(case.name)
+        if result is None:
+            rows.append(Row(case, None, 0, "not run"))
+            continue
+        measured = (
+            result.median_prefill_tok_s
+            if case.phase is Phase.PREFILL
+            else result.median_decode_tok_s
+        )
+        rows.append(Row(case, measured, len(result.input_lens), _note(case, result)))
+    return rows
+
+
+def _note(case: Case, result: ServeResult) -> str:
+    parts = [f"median of {len(result.input_lens)}"]
+    if case.phase is Phase.PREFILL:
+        parts.append(f"{result.mean_input_len:,.0f}-token prompts")
+    else:
+        parts.append(f"{sum(result.output_lens) / len(result.output_lens):,.0f} tokens out")
+    if result.failed:
+        parts.append(f"{result.failed} failed")
+    served_before = result.extra.get("served_before")
+    if case.name == "prefill_12k_cold" and served_before not in (None, "", "0", 0):
+        parts.append(f"not cold: the service had served {served_before} requests before")
+    return "; ".join(parts)
+
+
+def render_markdown(rows: Iterable[Row]) -> str:
+    lines = [
+        "| case | tok/s measured | tok/s reference | measured / reference | notes |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        measured = "—" if row.measured is None else _number(row.measured)
+        ratio = "—" if row.ratio is None else f"{row.ratio:.2f}x"
+        lines.append(
+            f"| {row.case.title} | {measured} | {row.case.seed_text} | {ratio} | {row.note} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float) -> str:
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
