@@ -1,0 +1,222 @@
+"""The request-stream client against a local HTTP server that answers, refuses, drains or drops."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.update.request_stream import (
+    ANSWERED,
+    FAILED,
+    REFUSED,
+    CompletionCall,
+    RequestStream,
+    StreamLimits,
+    TargetNotAllowedError,
+    completion_call,
+    main,
+    send_one,
+)
+
+
+class ServiceDouble(ThreadingHTTPServer):
+    """Stand-in for the API server: behaviour is switched by `mode`, answers take `delay_s`.
+
+    `drain()` does what a graceful shutdown does: the serving thread closes the listener (new
+    connections are refused from then on) and the requests in flight are finished.
+    """
+
+    daemon_threads = False
+    block_on_close = True  # server_close() waits for the requests in flight
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), CompletionHandler)
+        self.mode = "answer"
+        self.delay_s = 0.0
+        self.draining = threading.Event()
+        self.drained = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def serve_until_drained(self) -> None:
+        # Closing the listener on the thread that polls it: no poll ever sees a closed socket.
+        while not self.draining.is_set():
+            ready, _, _ = select.select([self.socket], [], [], 0.02)
+            if ready:
+                self._handle_request_noblock()
+        self.server_close()
+        self.drained.set()
+
+    def drain(self) -> None:
+        self.draining.set()
+        self.drained.wait(10)
+
+
+class CompletionHandler(BaseHTTPRequestHandler):
+    server: ServiceDouble
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        request = json.loads(self.rfile.read(length))
+        time.sleep(self.server.delay_s)
+        mode = self.server.mode
+        if mode == "drop":
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if mode == "busy":
+            self._send(503, {"error": "draining"})
+            return
+        text = " Paris." if mode == "answer" else " Berlin."
+        self._send(200, {"model": request["model"], "choices": [{"text": text}]})
+
+    def _send(self, status: int, document: dict[str, object]) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def service() -> Iterator[ServiceDouble]:
+    server = ServiceDouble()
+    threading.Thread(target=server.serve_until_drained, daemon=True).start()
+    yield server
+    server.drain()
+
+
+def call_for(url: str, expect: str | None = "Paris") -> CompletionCall:
+    return completion_call(url, "lab-model", "The capital of France is", 4, None, expect)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_answer_is_counted_as_answered(service: ServiceDouble) -> None:
+    assert send_one(call_for(service.url), 5).kind == ANSWERED
+
+
+def test_closed_port_is_refused_not_failed() -> None:
+    outcome = send_one(call_for(f"http://127.0.0.1:{free_port()}"), 5)
+    assert outcome.kind == REFUSED, outcome
+
+
+def test_draining_503_is_refused(service: ServiceDouble) -> None:
+    service.mode = "busy"
+    assert send_one(call_for(service.url), 5).kind == REFUSED
+
+
+def test_taken_then_dropped_is_failed(service: ServiceDouble) -> None:
+    service.mode = "drop"
+    outcome = send_one(call_for(service.url), 5)
+    assert outcome.kind == FAILED, outcome
+    assert outcome.reason.startswith("taken, then")
+
+
+def test_wrong_answer_is_failed(service: ServiceDouble) -> None:
+    service.mode = "wrong"
+    outcome = send_one(call_for(service.url), 5)
+    assert outcome.kind == FAILED
+    assert "wrong answer" in outcome.reason
+
+
+def test_answer_that_outlives_the_timeout_is_failed(service: ServiceDouble) -> None:
+    service.delay_s = 1.0
+    assert send_one(call_for(service.url), 0.2).kind == FAILED
+
+
+def test_public_address_is_refused_before_any_request() -> None:
+    with pytest.raises(TargetNotAllowedError):
+        call_for("http://8.8.8.8:8000")
+
+
+def test_stream_stops_at_the_request_limit(service: ServiceDouble) -> None:
+    limits = StreamLimits(max_requests=7, max_seconds=30, request_timeout_s=5, concurrency=3)
+    report = RequestStream(call_for(service.url), limits).run()
+    assert (report.sent, report.answered, report.refused, report.failed) == (7, 7, 0, 0)
+
+
+def test_stream_stops_at_the_time_limit(service: ServiceDouble) -> None:
+    service.delay_s = 0.05
+    limits = StreamLimits(max_requests=100_000, max_seconds=0.5, request_timeout_s=5)
+    report = RequestStream(call_for(service.url), limits).run()
+    assert 0 < report.sent < 100_000
+    assert report.seconds < 3
+
+
+def test_stream_stops_when_the_stop_file_appears(service: ServiceDouble, tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    limits = StreamLimits(
+        max_requests=100_000, max_seconds=30, request_timeout_s=5, pause_s=0.01, stop_file=stop
+    )
+    threading.Timer(0.3, stop.touch).start()
+    report = RequestStream(call_for(service.url), limits).run()
+    assert report.seconds < 5
+    assert report.sent == report.answered > 0
+
+
+def test_graceful_drain_loses_nothing_and_refuses_the_rest(service: ServiceDouble) -> None:
+    """Close the listener while requests are in flight: they finish, later ones are refused."""
+    service.delay_s = 0.3
+    limits = StreamLimits(
+        max_requests=100_000, max_seconds=2, request_timeout_s=5, pause_s=0.01, concurrency=3
+    )
+    stream = RequestStream(call_for(service.url), limits)
+
+    threading.Timer(0.5, service.drain).start()
+    report = stream.run()
+    assert report.failed == 0, report
+    assert report.answered > 0
+    assert report.refused > 0
+    assert report.sent == report.answered + report.refused
+
+
+def test_abrupt_stop_with_requests_in_flight_is_caught(service: ServiceDouble) -> None:
+    """Requests taken and then dropped by a killed server show up as failed: the check can fail."""
+    service.delay_s = 0.3
+    limits = StreamLimits(max_requests=100_000, max_seconds=1.5, request_timeout_s=5, concurrency=3)
+    stream = RequestStream(call_for(service.url), limits)
+    threading.Timer(0.5, lambda: setattr(service, "mode", "drop")).start()
+    report = stream.run()
+    assert report.failed > 0, report
+    assert report.sent == report.answered + report.refused + report.failed
+
+
+def test_command_line_writes_the_report(
+    service: ServiceDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_path = tmp_path / "report.json"
+    rc = main(
+        [
+            "--url", service.url, "--model", "lab-model", "--expect", "Paris",
+            "--max-requests", "5", "--max-seconds", "10", "--report", str(report_path),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    written = json.loads(report_path.read_text(encoding="utf-8"))
+    printed = json.loads(capsys.readouterr().out)
+    assert written == printed
+    assert (written["sent"], written["answered"], written["failed"]) == (5, 5, 0)
+
+
+def test_command_line_refuses_a_public_target(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["--url", "http://8.8.8.8:8000", "--model", "m", "--max-requests", "1"])
+    assert rc == 2
+    assert "not a loopback or lab address" in capsys.readouterr().err
