@@ -40,14 +40,26 @@ def _run(command: list[str], env: dict[str, str] | None = None) -> None:
     print("+", " ".join(command), flush=True)
     result = subprocess.run(command, env=env, check=False)
     if result.returncode != 0:
-        raise SystemExit(f"fetch_vllm_sdists: command failed ({result.returncode}): {' '.join(command)}")
+        raise SystemExit(
+            f"fetch_vllm_sdists: command failed ({result.returncode}): {' '.join(command)}"
+        )
 
 
 def ensure_build_deps(dest: Path) -> Path:
     target = dest / "build-deps"
     if not (target / "setuptools_rust").is_dir() or not (target / "setuptools_scm").is_dir():
-        _run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target),
-              *BUILD_REQUIREMENTS])
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--target",
+                str(target),
+                *BUILD_REQUIREMENTS,
+            ]
+        )
     return target
 
 
@@ -61,8 +73,22 @@ def download(dest: Path, version: str, build_deps: Path) -> Path:
         VLLM_TARGET_DEVICE="empty",
         PYTHONPATH=os.pathsep.join(filter(None, [str(build_deps), env.get("PYTHONPATH")])),
     )
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-          "--no-build-isolation", f"vllm=={version}", "-d", str(dest)], env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            f"vllm=={version}",
+            "-d",
+            str(dest),
+        ],
+        env,
+    )
     if not archive.is_file():
         raise SystemExit(f"fetch_vllm_sdists: pip finished but {archive} is missing")
     return archive
@@ -75,10 +101,14 @@ def extract_python_tree(archive: Path, target: Path, version: str) -> None:
     prefix = f"vllm-{version}/"
     with tarfile.open(archive) as tar:
         members = [
-            m for m in tar.getmembers()
-            if m.isfile() and m.name.startswith(prefix)
-            and (m.name.startswith(prefix + "vllm/") and m.name.endswith(".py")
-                 or m.name == prefix + "pyproject.toml")
+            m
+            for m in tar.getmembers()
+            if m.isfile()
+            and m.name.startswith(prefix)
+            and (
+                (m.name.startswith(prefix + "vllm/") and m.name.endswith(".py"))
+                or m.name == prefix + "pyproject.toml"
+            )
         ]
         if not any(m.name == prefix + "vllm/__init__.py" for m in members):
             raise SystemExit(f"fetch_vllm_sdists: {archive} has no {prefix}vllm/__init__.py")

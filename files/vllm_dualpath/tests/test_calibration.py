@@ -63,6 +63,6 @@ def test_malformed_tables_are_rejected(change, message):
 def test_unreadable_file_error_names_the_file(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text("{not json")
-    with pytest.raises(calibration.CalibrationError, match="broken.json"):
+    with pytest.raises(calibration.CalibrationError, match=r"broken\.json"):
         calibration.load(path)
     assert json.loads(calibration.dump(calibration.parse(DOCUMENT)))["format"] == 1

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import ast
-import tomllib
 from pathlib import Path
 
 import pytest
-from vllm_sources import VERSIONS, method, module_path, parse, sources, top_level
+import tomllib
 
 from vllm_dualpath import plugin
+from vllm_sources import VERSIONS, method, module_path, parse, sources, top_level
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 # What each version's apply_fp8_marlin_linear takes (a drift here needs a look at op.py).
 EXPECTED_PARAMETERS = {
-    "0.33.0": plugin.LEADING_PARAMETERS + ("input_dtype", "use_fp32_reduce"),
-    "0.34.0": plugin.LEADING_PARAMETERS + ("use_fp32_reduce",),
+    "0.33.0": (*plugin.LEADING_PARAMETERS, "input_dtype", "use_fp32_reduce"),
+    "0.34.0": (*plugin.LEADING_PARAMETERS, "use_fp32_reduce"),
 }
 
 
@@ -26,9 +26,15 @@ def _stub_with_signature(function: ast.FunctionDef):
     for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
         arg.annotation = None
     arguments.defaults = [ast.Constant(None) for _ in arguments.defaults]
-    arguments.kw_defaults = [None if d is None else ast.Constant(None) for d in arguments.kw_defaults]
+    arguments.kw_defaults = [
+        None if d is None else ast.Constant(None) for d in arguments.kw_defaults
+    ]
     stub = ast.FunctionDef(
-        name=function.name, args=arguments, body=[ast.Pass()], decorator_list=[], returns=None,
+        name=function.name,
+        args=arguments,
+        body=[ast.Pass()],
+        decorator_list=[],
+        returns=None,
         type_params=[],
     )
     namespace: dict = {}
@@ -38,7 +44,8 @@ def _stub_with_signature(function: ast.FunctionDef):
 
 def _calls_of(tree: ast.AST, name: str) -> list[ast.Call]:
     return [
-        node for node in ast.walk(tree)
+        node
+        for node in ast.walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
     ]
 
@@ -53,7 +60,9 @@ def _importers(root: Path, name: str) -> dict[str, ast.Module]:
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and any(a.name == name for a in node.names):
                 module = ".".join(path.relative_to(root).with_suffix("").parts)
-                assert node.module == plugin.SOURCE_MODULE, f"{module} imports {name} from {node.module}"
+                assert node.module == plugin.SOURCE_MODULE, (
+                    f"{module} imports {name} from {node.module}"
+                )
                 found[module] = tree
     return found
 
@@ -134,6 +143,8 @@ def test_vllm_loads_general_plugins_from_the_entry_point_group_we_declare(versio
     tree = parse(sources(version), "vllm.plugins.__init__")
     group = top_level(tree, "DEFAULT_PLUGINS_GROUP")
     assert isinstance(group, ast.Assign) and isinstance(group.value, ast.Constant)
-    declared = tomllib.loads((PACKAGE_ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    declared = tomllib.loads((PACKAGE_ROOT / "pyproject.toml").read_text())["project"][
+        "entry-points"
+    ]
     assert group.value.value in declared
     assert declared[group.value.value] == {"dualpath": "vllm_dualpath.plugin:register"}

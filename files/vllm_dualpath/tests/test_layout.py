@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fp8_cases import all_codes_weight
 
+from fp8_cases import all_codes_weight
 from vllm_dualpath import layout
 
 

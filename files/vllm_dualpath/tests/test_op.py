@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from fp8_cases import Case, build
 from marlin_standin import MarlinStandIn, reference_linear
-
 from vllm_dualpath import calibration, op, scratch, settings
 
 
@@ -38,7 +38,9 @@ def _call(case: Case, m: int, dtype=torch.bfloat16, with_bias=True, leading=()):
 
 def _close(out: torch.Tensor, expected: torch.Tensor) -> None:
     # Different summation orders: allow a couple of BF16 ulps of the output's magnitude.
-    torch.testing.assert_close(out.float(), expected.float(), rtol=2**-7, atol=1e-2 * expected.float().abs().max().item())
+    torch.testing.assert_close(
+        out.float(), expected.float(), rtol=2**-7, atol=1e-2 * expected.float().abs().max().item()
+    )
 
 
 @pytest.mark.parametrize("m", [1, 7, 20])
@@ -48,7 +50,9 @@ def test_small_m_calls_marlin_unchanged(marlin, m):
     assert torch.equal(out, expected)
 
 
-@pytest.mark.parametrize("case", [Case(100, 300, "channel"), Case(200, 300, "block"), Case(64, 128, "tensor")], ids=str)
+@pytest.mark.parametrize(
+    "case", [Case(100, 300, "channel"), Case(200, 300, "block"), Case(64, 128, "tensor")], ids=str
+)
 @pytest.mark.parametrize("mode", ["epilogue", "unpack"])
 def test_large_m_unpacks_and_matches_marlins_arithmetic(marlin, case, mode):
     op.configure(settings.load({"DUALPATH_CHANNEL_SCALE": mode}), None)
@@ -69,9 +73,7 @@ def test_epilogue_mode_rounds_once_like_marlin_on_channel_scales(marlin):
 
 def test_between_thresholds_the_table_decides(marlin):
     case = Case(100, 300, "channel")
-    table = calibration.parse(
-        {"format": 1, "shapes": [{"n": 100, "k": 300, "unpack_from_m": 200}]}
-    )
+    table = calibration.parse({"format": 1, "shapes": [{"n": 100, "k": 300, "unpack_from_m": 200}]})
     op.configure(settings.load({}), table)
     _call(case, 199)
     assert marlin.calls == [199]
@@ -125,7 +127,9 @@ def test_branch_survives_compilation_with_dynamic_m(marlin):
     _, packed, stored, stored_bias = build(case)
 
     def layer(x):
-        return torch.ops.dualpath.fp8_marlin_linear(x, packed, stored, None, 64, 128, stored_bias, True)
+        return torch.ops.dualpath.fp8_marlin_linear(
+            x, packed, stored, None, 64, 128, stored_bias, True
+        )
 
     compiled = torch.compile(layer, backend="aot_eager", dynamic=True, fullgraph=True)
     compiled(torch.randn(5, 128).to(torch.bfloat16))

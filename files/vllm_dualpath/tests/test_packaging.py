@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 import vllm_sources
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -20,8 +21,13 @@ def _python(code: str, pythonpath: list[Path], cwd: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUALPATH_")}
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env,
-        capture_output=True, text=True, check=False, timeout=300,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -34,20 +40,43 @@ def installed(tmp_path_factory) -> Path:
     # Build from a copy so no build/ or egg-info lands in the source tree.
     source = work / "source"
     shutil.copytree(
-        PACKAGE_ROOT, source,
+        PACKAGE_ROOT,
+        source,
         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".*cache", "tests"),
     )
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(work / "dist"), str(source)],
-        check=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(work / "dist"),
+            str(source),
+        ],
+        check=True,
+        timeout=300,
     )
     wheels = list((work / "dist").glob("vllm_dualpath-*.whl"))
     assert len(wheels) == 1
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-         "--target", str(work / "site"), str(wheels[0])],
-        check=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(work / "site"),
+            str(wheels[0]),
+        ],
+        check=True,
+        timeout=300,
     )
     return work / "site"
 
@@ -66,7 +95,8 @@ def test_entry_point_of_the_installed_wheel_loads_register(installed, tmp_path):
             "heavy": sorted(m for m in ("torch", "triton", "vllm") if m in sys.modules),
         }))
         """,
-        [installed], tmp_path,
+        [installed],
+        tmp_path,
     )
     assert found["names"] == ["dualpath"]
     assert found["qualname"] == "vllm_dualpath.plugin.register"
@@ -93,7 +123,8 @@ def test_register_does_not_initialise_cuda(installed, tmp_path):
         print(json.dumps({"routed": route is not None,
                           "cuda": torch.cuda.is_initialized()}))
         """,
-        [installed, tmp_path / "standin"], tmp_path,
+        [installed, tmp_path / "standin"],
+        tmp_path,
     )
     assert result == {"routed": True, "cuda": False}
 
@@ -101,8 +132,8 @@ def test_register_does_not_initialise_cuda(installed, tmp_path):
 def test_missing_sources_fail_with_the_fetch_command(monkeypatch, tmp_path):
     monkeypatch.setenv(vllm_sources.SDIST_DIR, str(tmp_path))
     monkeypatch.delenv(vllm_sources.ALLOW_MISSING, raising=False)
-    with pytest.raises(pytest.fail.Exception, match="fetch_vllm_sdists.py"):
+    with pytest.raises(pytest.fail.Exception, match=r"fetch_vllm_sdists\.py"):
         vllm_sources.sources("0.33.0")
     monkeypatch.setenv(vllm_sources.ALLOW_MISSING, "1")
-    with pytest.raises(pytest.skip.Exception, match="DUALPATH_ALLOW_MISSING_SDISTS=1"):
+    with pytest.raises(pytest.skip.Exception, match=r"DUALPATH_ALLOW_MISSING_SDISTS=1"):
         vllm_sources.sources("0.33.0")

@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 import vllm_standin_tree
 from fp8_cases import Case, build
 from marlin_standin import reference_linear
-from vllm_sources import VERSIONS, sources
-
 from vllm_dualpath import op, plugin, scratch, settings
 from vllm_dualpath.plugin import KERNEL_MODULE, SOURCE_MODULE
+from vllm_sources import VERSIONS, sources
 
 
 def _forget_vllm() -> None:
@@ -27,8 +27,14 @@ def _forget_vllm() -> None:
 def standin(tmp_path, monkeypatch):
     """Returns build(version, **options): writes the tree and puts it on sys.path."""
     vllm_standin_tree.define_marlin_gemm_standin()
-    for variable in ("DUALPATH_ENABLED", "DUALPATH_STRICT", "DUALPATH_CALIBRATION_TABLE",
-                     "DUALPATH_SMALL_M_MAX", "DUALPATH_LARGE_M_MIN", "DUALPATH_CHANNEL_SCALE"):
+    for variable in (
+        "DUALPATH_ENABLED",
+        "DUALPATH_STRICT",
+        "DUALPATH_CALIBRATION_TABLE",
+        "DUALPATH_SMALL_M_MAX",
+        "DUALPATH_LARGE_M_MIN",
+        "DUALPATH_CHANNEL_SCALE",
+    ):
         monkeypatch.delenv(variable, raising=False)
     _forget_vllm()
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -49,8 +55,9 @@ def standin(tmp_path, monkeypatch):
 
 def _layer(case: Case):
     _, packed, stored, stored_bias = build(case)
-    fields = dict(weight=packed, output_size_per_partition=case.size_n,
-                  input_size_per_partition=case.size_k)
+    fields = dict(
+        weight=packed, output_size_per_partition=case.size_n, input_size_per_partition=case.size_k
+    )
     fields["weight_scale_inv" if case.scales == "block" else "weight_scale"] = stored
     return SimpleNamespace(**fields), stored_bias
 
@@ -80,10 +87,20 @@ def test_register_routes_the_real_apply_weights_through_the_op(standin, version,
     large = torch.randn(1024, case.size_k).to(torch.bfloat16)
     out_large = kernel.apply_weights(layer, large, bias)
     assert vllm_standin_tree.marlin_gemm_calls == [10]
-    expected = reference_linear(large, layer.weight, getattr(
-        layer, "weight_scale_inv", getattr(layer, "weight_scale", None)), case.size_n, case.size_k, bias)
-    torch.testing.assert_close(out_large.float(), expected.float(), rtol=2**-7,
-                               atol=1e-2 * expected.float().abs().max().item())
+    expected = reference_linear(
+        large,
+        layer.weight,
+        getattr(layer, "weight_scale_inv", getattr(layer, "weight_scale", None)),
+        case.size_n,
+        case.size_k,
+        bias,
+    )
+    torch.testing.assert_close(
+        out_large.float(),
+        expected.float(),
+        rtol=2**-7,
+        atol=1e-2 * expected.float().abs().max().item(),
+    )
 
     plugin.unregister()
     assert kernel_module.apply_fp8_marlin_linear is original
@@ -105,8 +122,11 @@ def test_older_layout_rebinds_every_module_that_imported_the_function(standin, v
 
 
 def _snapshot():
-    modules = {name: vars(sys.modules[name]).copy() for name in (SOURCE_MODULE, KERNEL_MODULE)
-               if name in sys.modules}
+    modules = {
+        name: vars(sys.modules[name]).copy()
+        for name in (SOURCE_MODULE, KERNEL_MODULE)
+        if name in sys.modules
+    }
     return modules
 
 
@@ -118,7 +138,9 @@ def test_mismatched_vllm_is_left_untouched_with_one_warning(standin, mismatch, c
     with caplog.at_level(logging.WARNING, logger="vllm.dualpath"):
         plugin.register()
         plugin.register()
-    warnings = [r for r in caplog.records if r.name == "vllm.dualpath" and r.levelno == logging.WARNING]
+    warnings = [
+        r for r in caplog.records if r.name == "vllm.dualpath" and r.levelno == logging.WARNING
+    ]
     assert len(warnings) == 1
     assert "left unchanged" in warnings[0].getMessage()
     expected_words = {
@@ -141,7 +163,7 @@ def test_mismatched_vllm_is_left_untouched_with_one_warning(standin, mismatch, c
 def test_strict_mode_refuses_to_start_on_a_mismatch(standin, mismatch, monkeypatch):
     standin(VERSIONS[0], mismatch=mismatch)
     monkeypatch.setenv("DUALPATH_STRICT", "1")
-    with pytest.raises(plugin.IncompatibleVllm, match="DUALPATH_STRICT=1"):
+    with pytest.raises(plugin.IncompatibleVllmError, match="DUALPATH_STRICT=1"):
         plugin.register()
     assert plugin.registered_route() is None
 
@@ -151,7 +173,7 @@ def test_missing_vllm_warns_and_strict_raises(standin, monkeypatch, caplog):
         plugin.register()
     assert "vllm is not importable" in caplog.text
     monkeypatch.setenv("DUALPATH_STRICT", "true")
-    with pytest.raises(plugin.IncompatibleVllm):
+    with pytest.raises(plugin.IncompatibleVllmError):
         plugin.register()
 
 

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from fetch_vllm_sdists import DEFAULT_DEST, EXTRACTED_MARKER, source_dir
 
+from fetch_vllm_sdists import DEFAULT_DEST, EXTRACTED_MARKER, source_dir
 from vllm_dualpath.plugin import TESTED_VLLM_VERSIONS
 
 ALLOW_MISSING = "DUALPATH_ALLOW_MISSING_SDISTS"

@@ -16,10 +16,10 @@ import textwrap
 from pathlib import Path
 
 import torch
-from marlin_standin import reference_linear
-from vllm_sources import module_path, parse, top_level
 
+from marlin_standin import reference_linear
 from vllm_dualpath.plugin import KERNEL_MODULE, SOURCE_MODULE
+from vllm_sources import module_path, parse, top_level
 
 UTILS_MODULE = "vllm.model_executor.layers.quantization.utils.marlin_utils"
 LEGACY_IMPORTER = "vllm.model_executor.layers.quantization.fp8"
@@ -30,8 +30,19 @@ _library: torch.library.Library | None = None
 
 
 def _marlin_gemm_standin(
-    a, b_q_weight, b_bias, b_scales, a_scales=None, global_scale=None, b_zeros=None,
-    workspace=None, b_q_type_id=0, size_m=0, size_n=0, size_k=0, use_atomic_add=False,
+    a,
+    b_q_weight,
+    b_bias,
+    b_scales,
+    a_scales=None,
+    global_scale=None,
+    b_zeros=None,
+    workspace=None,
+    b_q_type_id=0,
+    size_m=0,
+    size_n=0,
+    size_k=0,
+    use_atomic_add=False,
     use_fp32_reduce=True,
 ):
     marlin_gemm_calls.append(size_m)
@@ -91,34 +102,60 @@ def _write(root: Path, module: str, text: str) -> None:
     path.write_text(text)
 
 
-def build(root: Path, version: str, sources: Path, mismatch: str | None = None,
-          legacy: bool = False) -> None:
+def build(
+    root: Path, version: str, sources: Path, mismatch: str | None = None, legacy: bool = False
+) -> None:
     """Write the stand-in tree under root (put root on sys.path to import it)."""
     _write(root, "vllm.__init__", f'__version__ = "{version}"\n')
-    _write(root, "vllm.scalar_type", textwrap.dedent("""
+    _write(
+        root,
+        "vllm.scalar_type",
+        textwrap.dedent("""
         from types import SimpleNamespace
 
         scalar_types = SimpleNamespace(float8_e4m3fn=SimpleNamespace(id=0))
-    """))
-    helpers = [_real(sources, UTILS_MODULE, name) for name in (
-        "GPTQ_MARLIN_TILE", "USE_FP32_REDUCE_DEFAULT", "marlin_repacked_nk", "marlin_pad_dim",
-        "marlin_unpad_output",
-    )]
-    _write(root, UTILS_MODULE, "import torch\n\n" + "\n\n".join(helpers) + textwrap.dedent("""
+    """),
+    )
+    helpers = [
+        _real(sources, UTILS_MODULE, name)
+        for name in (
+            "GPTQ_MARLIN_TILE",
+            "USE_FP32_REDUCE_DEFAULT",
+            "marlin_repacked_nk",
+            "marlin_pad_dim",
+            "marlin_unpad_output",
+        )
+    ]
+    _write(
+        root,
+        UTILS_MODULE,
+        "import torch\n\n"
+        + "\n\n".join(helpers)
+        + textwrap.dedent("""
 
         def should_use_atomic_add_reduce(m, n, k, device, dtype):
             return False
-    """))
+    """),
+    )
 
     apply_source = _real(sources, SOURCE_MODULE, "apply_fp8_marlin_linear")
     if mismatch == "missing-function":
-        apply_source = apply_source.replace("def apply_fp8_marlin_linear(", "def apply_fp8_marlin_gemm(")
+        apply_source = apply_source.replace(
+            "def apply_fp8_marlin_linear(", "def apply_fp8_marlin_gemm("
+        )
     elif mismatch == "renamed-parameter":
-        apply_source = apply_source.replace("workspace: torch.Tensor | None,", "scratch: torch.Tensor | None,")
+        apply_source = apply_source.replace(
+            "workspace: torch.Tensor | None,", "scratch: torch.Tensor | None,"
+        )
         apply_source = apply_source.replace("workspace=workspace", "workspace=scratch")
     elif mismatch == "extra-parameter":
-        apply_source = apply_source.replace("bias: torch.Tensor | None,", "bias: torch.Tensor | None,\n    alpha: float,")
-    _write(root, SOURCE_MODULE, textwrap.dedent("""
+        apply_source = apply_source.replace(
+            "bias: torch.Tensor | None,", "bias: torch.Tensor | None,\n    alpha: float,"
+        )
+    _write(
+        root,
+        SOURCE_MODULE,
+        textwrap.dedent("""
         import torch
 
         from vllm.model_executor.layers.quantization.utils.marlin_utils import (
@@ -131,11 +168,16 @@ def build(root: Path, version: str, sources: Path, mismatch: str | None = None,
         from vllm.scalar_type import scalar_types
 
 
-    """) + apply_source)
+    """)
+        + apply_source,
+    )
 
     if legacy:
         # Older layout: no kernel classes; a quantization method imported the function by name.
-        _write(root, LEGACY_IMPORTER, textwrap.dedent(f"""
+        _write(
+            root,
+            LEGACY_IMPORTER,
+            textwrap.dedent(f"""
             from {SOURCE_MODULE} import apply_fp8_marlin_linear
 
 
@@ -145,16 +187,30 @@ def build(root: Path, version: str, sources: Path, mismatch: str | None = None,
                     workspace=None, size_n=layer.output_size_per_partition,
                     size_k=layer.input_size_per_partition, bias=bias,
                 )
-        """))
+        """),
+        )
         return
 
-    apply_weights = _real_method(sources, KERNEL_MODULE, "MarlinFP8ScaledMMLinearKernel", "apply_weights")
+    apply_weights = _real_method(
+        sources, KERNEL_MODULE, "MarlinFP8ScaledMMLinearKernel", "apply_weights"
+    )
     if mismatch == "kernel-bypass":
-        apply_weights = apply_weights.replace("return apply_fp8_marlin_linear(", "return _other_apply(")
-    block_scale_name = _real_method(sources, KERNEL_MODULE, "MarlinFP8ScaledMMLinearKernel", "_block_scale_name")
+        apply_weights = apply_weights.replace(
+            "return apply_fp8_marlin_linear(", "return _other_apply("
+        )
+    block_scale_name = _real_method(
+        sources, KERNEL_MODULE, "MarlinFP8ScaledMMLinearKernel", "_block_scale_name"
+    )
     body = textwrap.indent(block_scale_name + "\n" + apply_weights, "    ")
-    imported = "apply_fp8_marlin_gemm as apply_fp8_marlin_linear" if mismatch == "missing-function" else "apply_fp8_marlin_linear"
-    _write(root, KERNEL_MODULE, textwrap.dedent(f"""
+    imported = (
+        "apply_fp8_marlin_gemm as apply_fp8_marlin_linear"
+        if mismatch == "missing-function"
+        else "apply_fp8_marlin_linear"
+    )
+    _write(
+        root,
+        KERNEL_MODULE,
+        textwrap.dedent(f"""
         import torch
 
         from {SOURCE_MODULE} import {imported}
@@ -167,4 +223,6 @@ def build(root: Path, version: str, sources: Path, mismatch: str | None = None,
                 self.block_quant = block_quant
                 self.marlin_input_dtype = None
 
-    """) + body)
+    """)
+        + body,
+    )

@@ -35,7 +35,7 @@ _capture_fallback_logged = False
 
 
 def install_marlin_apply(marlin_apply: MarlinApply | None) -> None:
-    """Set the Marlin apply the small-M path calls (keyword arguments of apply_fp8_marlin_linear)."""
+    """Set the Marlin apply the small-M path calls, with apply_fp8_marlin_linear's keywords."""
     global _marlin_apply
     _marlin_apply = marlin_apply
 
@@ -173,12 +173,20 @@ def fp8_marlin_linear(
             logger.info(
                 "vllm-dualpath: scratch too small during CUDA-graph capture (M=%d, %dx%d); "
                 "Marlin serves that graph",
-                m, size_n, size_k,
+                m,
+                size_n,
+                size_k,
             )
         return _call_marlin(**arguments)
     current, _ = _current()
     output = unpack_linear(
-        input.reshape(m, size_k), weight, weight_scale, size_n, size_k, bias, buffer,
+        input.reshape(m, size_k),
+        weight,
+        weight_scale,
+        size_n,
+        size_k,
+        bias,
+        buffer,
         current.channel_scale,
     )
     return output.reshape(*input.shape[:-1], size_n)

@@ -40,7 +40,13 @@ KERNEL_METHOD: Final = "apply_weights"
 
 # The leading parameters the op needs, in this order, in every supported version.
 LEADING_PARAMETERS: Final = (
-    "input", "weight", "weight_scale", "workspace", "size_n", "size_k", "bias",
+    "input",
+    "weight",
+    "weight_scale",
+    "workspace",
+    "size_n",
+    "size_k",
+    "bias",
 )
 # Trailing parameters known to come and go between versions (all with defaults).
 OPTIONAL_PARAMETERS: Final = frozenset({"input_dtype", "use_fp32_reduce"})
@@ -49,7 +55,7 @@ OPTIONAL_PARAMETERS: Final = frozenset({"input_dtype", "use_fp32_reduce"})
 TESTED_VLLM_VERSIONS: Final = ("0.33.0", "0.34.0")
 
 
-class IncompatibleVllm(RuntimeError):
+class IncompatibleVllmError(RuntimeError):
     """vLLM's FP8 Marlin apply path is not what the overlay expects."""
 
 
@@ -69,28 +75,28 @@ _warned = False
 
 
 def check_signature(function: Callable[..., Any]) -> dict[str, Any]:
-    """Defaults of the optional parameters; IncompatibleVllm naming any surprise."""
+    """Defaults of the optional parameters; IncompatibleVllmError naming any surprise."""
     parameters = list(inspect.signature(function).parameters.values())
     names = [p.name for p in parameters]
     leading = tuple(names[: len(LEADING_PARAMETERS)])
     if leading != LEADING_PARAMETERS:
-        raise IncompatibleVllm(
+        raise IncompatibleVllmError(
             f"{SOURCE_MODULE}.{FUNCTION_NAME} takes ({', '.join(names)}); expected it to start "
             f"with ({', '.join(LEADING_PARAMETERS)})"
         )
     optional: dict[str, Any] = {}
-    for parameter in parameters[len(LEADING_PARAMETERS):]:
+    for parameter in parameters[len(LEADING_PARAMETERS) :]:
         if parameter.name not in OPTIONAL_PARAMETERS:
-            raise IncompatibleVllm(
+            raise IncompatibleVllmError(
                 f"{SOURCE_MODULE}.{FUNCTION_NAME} has an unknown parameter {parameter.name!r}"
             )
         if parameter.default is inspect.Parameter.empty:
-            raise IncompatibleVllm(
+            raise IncompatibleVllmError(
                 f"{SOURCE_MODULE}.{FUNCTION_NAME} parameter {parameter.name!r} has no default"
             )
         optional[parameter.name] = parameter.default
     if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters):
-        raise IncompatibleVllm(f"{SOURCE_MODULE}.{FUNCTION_NAME} takes *args or **kwargs")
+        raise IncompatibleVllmError(f"{SOURCE_MODULE}.{FUNCTION_NAME} takes *args or **kwargs")
     return optional
 
 
@@ -101,23 +107,24 @@ def _import(name: str) -> ModuleType | None:
     except ModuleNotFoundError as error:
         if error.name is not None and name.startswith(error.name):
             return None
-        raise IncompatibleVllm(f"importing {name} failed: {error}") from error
+        raise IncompatibleVllmError(f"importing {name} failed: {error}") from error
     except Exception as error:
-        raise IncompatibleVllm(f"importing {name} failed: {error!r}") from error
+        raise IncompatibleVllmError(f"importing {name} failed: {error!r}") from error
 
 
 def find_route() -> Route:
     """Locate vLLM's FP8 Marlin apply and every binding of it; change nothing."""
     vllm = _import("vllm")
     if vllm is None:
-        raise IncompatibleVllm("vllm is not importable")
+        raise IncompatibleVllmError("vllm is not importable")
     version = str(getattr(vllm, "__version__", "unknown"))
     source = _import(SOURCE_MODULE)
     if source is None:
-        raise IncompatibleVllm(f"module {SOURCE_MODULE} is missing (vLLM {version})")
-    original = getattr(source, FUNCTION_NAME, None)
-    if not callable(original):
-        raise IncompatibleVllm(f"{SOURCE_MODULE}.{FUNCTION_NAME} is missing (vLLM {version})")
+        raise IncompatibleVllmError(f"module {SOURCE_MODULE} is missing (vLLM {version})")
+    candidate = getattr(source, FUNCTION_NAME, None)
+    if not callable(candidate):
+        raise IncompatibleVllmError(f"{SOURCE_MODULE}.{FUNCTION_NAME} is missing (vLLM {version})")
+    original: Callable[..., Any] = candidate
     check_signature(original)
 
     kernel_module = _import(KERNEL_MODULE)
@@ -126,14 +133,16 @@ def find_route() -> Route:
         kernel = getattr(kernel_module, KERNEL_CLASS, None)
         method = getattr(kernel, KERNEL_METHOD, None)
         if method is None:
-            raise IncompatibleVllm(f"{KERNEL_MODULE}.{KERNEL_CLASS}.{KERNEL_METHOD} is missing")
+            raise IncompatibleVllmError(
+                f"{KERNEL_MODULE}.{KERNEL_CLASS}.{KERNEL_METHOD} is missing"
+            )
         code = getattr(method, "__code__", None)
         if code is None or FUNCTION_NAME not in code.co_names:
-            raise IncompatibleVllm(
+            raise IncompatibleVllmError(
                 f"{KERNEL_CLASS}.{KERNEL_METHOD} no longer calls {FUNCTION_NAME}"
             )
         if getattr(kernel_module, FUNCTION_NAME, None) is not original:
-            raise IncompatibleVllm(
+            raise IncompatibleVllmError(
                 f"{KERNEL_MODULE}.{FUNCTION_NAME} is not {SOURCE_MODULE}.{FUNCTION_NAME}"
             )
 
@@ -172,14 +181,28 @@ def make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
             raise TypeError(f"{FUNCTION_NAME}() got unexpected arguments {sorted(unknown)}")
         if accepts_input_dtype and optional_arguments.get("input_dtype") is not None:
             # Quantized activations are not a weight-only layer: vLLM's own code decides.
-            return original(
-                input=input, weight=weight, weight_scale=weight_scale, workspace=workspace,
-                size_n=size_n, size_k=size_k, bias=bias, **optional_arguments,
+            result: torch.Tensor = original(
+                input=input,
+                weight=weight,
+                weight_scale=weight_scale,
+                workspace=workspace,
+                size_n=size_n,
+                size_k=size_k,
+                bias=bias,
+                **optional_arguments,
             )
-        return torch.ops.dualpath.fp8_marlin_linear(
-            input, weight, weight_scale, workspace, size_n, size_k, bias,
+            return result
+        routed_result: torch.Tensor = torch.ops.dualpath.fp8_marlin_linear(
+            input,
+            weight,
+            weight_scale,
+            workspace,
+            size_n,
+            size_k,
+            bias,
             bool(optional_arguments.get("use_fp32_reduce", use_fp32_reduce_default)),
         )
+        return routed_result
 
     op.install_marlin_apply(original)
     return routed
@@ -227,9 +250,9 @@ def register() -> None:
         if current.calibration_table is not None:
             table = calibration.load(current.calibration_table)
         wrapper = make_wrapper(route.original)
-    except IncompatibleVllm as error:
+    except IncompatibleVllmError as error:
         if current.strict:
-            raise IncompatibleVllm(f"vllm-dualpath ({settings.STRICT}=1): {error}") from error
+            raise IncompatibleVllmError(f"vllm-dualpath ({settings.STRICT}=1): {error}") from error
         if not _warned:
             _warned = True
             logger.warning(
@@ -242,9 +265,11 @@ def register() -> None:
     if route.vllm_version not in TESTED_VLLM_VERSIONS:
         logger.info(
             "vllm-dualpath: vLLM %s is not one of the tested versions %s; its internals match",
-            route.vllm_version, ", ".join(TESTED_VLLM_VERSIONS),
+            route.vllm_version,
+            ", ".join(TESTED_VLLM_VERSIONS),
         )
     logger.info(
         "vllm-dualpath: %s routed through torch.ops.dualpath.fp8_marlin_linear in %d module(s)",
-        FUNCTION_NAME, len(route.modules),
+        FUNCTION_NAME,
+        len(route.modules),
     )

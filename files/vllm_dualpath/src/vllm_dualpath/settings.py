@@ -79,9 +79,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     small = _count(env, SMALL_M_MAX, DEFAULT_SMALL_M_MAX)
     large = _count(env, LARGE_M_MIN, DEFAULT_LARGE_M_MIN)
     if large <= small:
-        raise SettingsError(
-            f"{LARGE_M_MIN}={large} must be greater than {SMALL_M_MAX}={small}"
-        )
+        raise SettingsError(f"{LARGE_M_MIN}={large} must be greater than {SMALL_M_MAX}={small}")
     table_raw = env.get(CALIBRATION_TABLE, "").strip()
     table = Path(table_raw) if table_raw else None
     if table is not None and not table.is_file():
@@ -93,7 +91,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         calibration_table=table,
         strict=_flag(env, STRICT, False),
         channel_scale=_choice(
-            env, CHANNEL_SCALE, CHANNEL_SCALE_EPILOGUE,
+            env,
+            CHANNEL_SCALE,
+            CHANNEL_SCALE_EPILOGUE,
             (CHANNEL_SCALE_EPILOGUE, CHANNEL_SCALE_UNPACK),
         ),
     )

@@ -20,8 +20,8 @@ DEFAULT_BLOCK_N = 32
 DEFAULT_BLOCK_K = 128
 
 
-@triton.jit
-def _unpack_kernel(
+@triton.jit  # type: ignore[untyped-decorator]
+def _unpack_kernel(  # type: ignore[no-untyped-def]
     packed_ptr,
     scales_ptr,
     out_ptr,
@@ -109,7 +109,9 @@ def _check(packed: torch.Tensor, scales: torch.Tensor | None, size_n: int, size_
         raise ValueError("packed weight must be a contiguous 2-D int32 tensor")
     padded_n, padded_k = layout.marlin_repacked_nk(packed)
     if padded_n % layout.MIN_THREAD_N:
-        raise ValueError(f"packed weight has {packed.shape[1]} words per row, not a multiple of 256")
+        raise ValueError(
+            f"packed weight has {packed.shape[1]} words per row, not a multiple of 256"
+        )
     if not (0 < size_n <= padded_n and 0 < size_k <= padded_k):
         raise ValueError(f"size {size_n}x{size_k} does not fit the packed {padded_n}x{padded_k}")
     if scales is None:
@@ -118,7 +120,9 @@ def _check(packed: torch.Tensor, scales: torch.Tensor | None, size_n: int, size_
         raise ValueError("scales must be a contiguous 2-D bfloat16 tensor")
     groups, scale_n = scales.shape
     if scale_n != padded_n or groups == 0 or padded_k % groups:
-        raise ValueError(f"scales {tuple(scales.shape)} do not match the packed {padded_n}x{padded_k}")
+        raise ValueError(
+            f"scales {tuple(scales.shape)} do not match the packed {padded_n}x{padded_k}"
+        )
     return padded_k // groups
 
 
@@ -141,7 +145,9 @@ def unpack_weight(
     if out is None:
         out = torch.empty(size_n * size_k, dtype=torch.bfloat16, device=packed.device)
     elif out.dtype != torch.bfloat16 or not out.is_contiguous() or out.numel() < size_n * size_k:
-        raise ValueError(f"out must be a contiguous bfloat16 buffer of >= {size_n * size_k} elements")
+        raise ValueError(
+            f"out must be a contiguous bfloat16 buffer of >= {size_n * size_k} elements"
+        )
     weight = out.view(-1)[: size_n * size_k].view(size_n, size_k)
     grouped = scales is not None and scales.shape[0] > 1
     grid = (triton.cdiv(size_n, block_n), triton.cdiv(size_k, block_k))

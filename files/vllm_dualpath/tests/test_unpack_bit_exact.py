@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fp8_cases import Case, all_codes_weight, bits, build
 
+from fp8_cases import Case, all_codes_weight, bits, build
 from vllm_dualpath import layout, unpack
 
 CASES = [
@@ -117,7 +117,9 @@ def test_writes_into_the_start_of_a_larger_buffer_and_nothing_else():
     assert got.data_ptr() == buffer.data_ptr()
     expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
     assert torch.equal(bits(buffer[: got.numel()].view_as(got)), bits(expected))
-    assert torch.equal(buffer[got.numel():], torch.full((999,), sentinel.item(), dtype=torch.bfloat16))
+    assert torch.equal(
+        buffer[got.numel() :], torch.full((999,), sentinel.item(), dtype=torch.bfloat16)
+    )
 
 
 @pytest.mark.parametrize(
