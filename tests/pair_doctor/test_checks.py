@@ -1,0 +1,185 @@
+"""Each doctor check on a healthy sample pair, and on that pair broken the way the check is for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.pair_doctor.healthy_pair import healthy_pair, lab_pair
+from tools.pair_doctor import checks
+from tools.pair_doctor.checks import CHECKS, Expectations, diagnose
+from tools.pair_doctor.findings import Finding, Severity
+
+EXPECT = Expectations()
+
+
+def severities(findings: list[Finding]) -> set[Severity]:
+    return {finding.severity for finding in findings}
+
+
+def only_problems(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity in (Severity.ERROR, Severity.WARNING)]
+
+
+def test_healthy_pair_has_no_problem_and_every_check_speaks() -> None:
+    findings = diagnose(healthy_pair(), EXPECT)
+    assert only_problems(findings) == []
+    assert {finding.check for finding in findings} == set(CHECKS)
+
+
+def test_gid_drift_is_an_error_with_the_new_index() -> None:
+    pair = healthy_pair()
+    for port in pair["spark-02"]["rdma"]["devices"]["rocep1s0f1"]["ports"].values():
+        for gid in port["gids"]:
+            gid["index"] += 2  # the table reshuffled: the rail's RoCE v2 GID moved from 3 to 5
+    found = only_problems(checks.gid_index_drift(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-02", Severity.ERROR)]
+    assert "'rocep1s0f1': 5" in found[0].summary
+    assert "playbooks/service.yml" in found[0].fix
+
+
+def test_gid_unpinned_is_fine() -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["service_env"]["/etc/dualspark/vllm.env"].pop("NCCL_IB_GID_INDEX")
+    assert only_problems(checks.gid_index_drift(pair, EXPECT)) == []
+
+
+def test_gid_pinned_without_rail_gid_is_an_error() -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["interfaces"]["enp1s0f1np1"]["ipv4"] = []
+    pair["spark-01"]["interfaces"]["enP2p1s0f1np1"]["ipv4"] = []
+    found = only_problems(checks.gid_index_drift(pair, EXPECT))
+    assert [f.severity for f in found] == [Severity.ERROR]
+    assert "no RoCE v2 GID" in found[0].summary
+
+
+def test_mtu_mismatch_between_nodes() -> None:
+    pair = healthy_pair()
+    pair["spark-02"]["interfaces"]["enP2p1s0f1np1"]["mtu"] = 1500
+    found = only_problems(checks.mtu_mismatch(pair, EXPECT))
+    assert len(found) == 1
+    assert found[0].severity is Severity.ERROR
+    assert "enP2p1s0f1np1" in found[0].summary and "1500" in found[0].summary
+
+
+def test_mtu_equal_but_not_configured_is_a_warning() -> None:
+    pair = healthy_pair()
+    for observed in pair.values():
+        observed["interfaces"]["enp1s0f1np1"]["mtu"] = 4200
+    found = only_problems(checks.mtu_mismatch(pair, EXPECT))
+    assert [f.severity for f in found] == [Severity.WARNING]
+    assert only_problems(checks.mtu_mismatch(pair, Expectations(rail_mtu=4200)))[0].summary.count(
+        "enP2p1s0f1np1"
+    )
+
+
+def test_missing_or_down_rail_interface() -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["interfaces"]["enp1s0f1np1"]["present"] = False
+    pair["spark-02"]["interfaces"]["enP2p1s0f1np1"]["operstate"] = "down"
+    found = only_problems(checks.mtu_mismatch(pair, EXPECT))
+    summaries = sorted(f.summary for f in found)
+    assert summaries == ["enP2p1s0f1np1 is down, not up", "rail interface enp1s0f1np1 is missing"]
+
+
+def test_rdma_port_down() -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["rdma"]["devices"]["roceP2p1s0f1"]["ports"]["1"]["state"] = "1: DOWN"
+    found = only_problems(checks.rdma_port_state(pair, EXPECT))
+    assert len(found) == 1 and "roceP2p1s0f1 port 1 is 1: DOWN" in found[0].summary
+
+
+def test_socket_fallback_in_service_log() -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["units"]["dualspark-vllm-rank0.service"]["nccl_log"] = [
+        "h:1:2 [0] NCCL INFO NET/IB : No device found.",
+        "h:1:2 [0] NCCL INFO NET/Socket : Using [0]enp1s0f1np1:192.168.100.10<0>",
+        "h:1:2 [0] NCCL INFO Using network Socket",
+    ]
+    found = only_problems(checks.socket_fallback(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-01", Severity.ERROR)]
+    assert "NET/Socket" in found[0].summary
+    assert "/dev/infiniband" in found[0].fix
+
+
+def test_nccl_conf_in_image() -> None:
+    pair = healthy_pair()
+    pair["spark-02"]["image"]["nccl_conf"] = "NCCL_IB_DISABLE=1\nNCCL_SOCKET_IFNAME=eth0"
+    found = only_problems(checks.nccl_conf_in_image(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-02", Severity.WARNING)]
+    assert "NCCL_IB_DISABLE=1" in found[0].summary
+
+
+@pytest.mark.parametrize(("cma_kb", "text"), [(0, "CMA is 0 kB"), (None, "no CMA")])
+def test_cma_zero_or_absent_is_an_error_with_rdma(cma_kb: int | None, text: str) -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["memory"]["CmaTotal_kb"] = cma_kb
+    found = only_problems(checks.cma(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-01", Severity.ERROR)]
+    assert text in found[0].summary and "ibv_reg_mr" in found[0].summary
+    assert "cma=" in found[0].fix
+
+
+def test_memlock_flags_missing_from_unit() -> None:
+    pair = healthy_pair()
+    pair["spark-02"]["units"]["dualspark-vllm-rank1.service"]["memlock_unlimited"] = False
+    found = only_problems(checks.memlock(pair, EXPECT))
+    assert len(found) == 1
+    assert "without --ulimit memlock=-1:-1" in found[0].summary
+    assert "IPC_LOCK" not in found[0].summary
+
+
+def test_free_memory_low_before_launch() -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["memory"]["MemAvailable_kb"] = 60 * 1024 * 1024
+    found = only_problems(checks.free_memory(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-01", Severity.WARNING)]
+    assert "60.0 GiB available" in found[0].summary
+    assert "drop_caches" in found[0].fix
+
+
+def test_free_memory_is_skipped_while_the_service_runs() -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["memory"]["MemAvailable_kb"] = 1024
+    pair["spark-01"]["units"]["dualspark-vllm-rank0.service"]["active"] = True
+    found = checks.free_memory(pair, EXPECT)
+    assert severities(found) == {Severity.SKIPPED, Severity.OK}
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [
+        ({"id": "sha256:" + "0" * 64}, "different images"),
+        ({"id": None, "present": False}, "missing on spark-02"),
+    ],
+)
+def test_image_digest_differs_or_missing(change: dict[str, Any], text: str) -> None:
+    pair = healthy_pair()
+    pair["spark-02"]["image"].update(change)
+    found = only_problems(checks.image_digest(pair, EXPECT))
+    assert [f.severity for f in found] == [Severity.ERROR]
+    assert text in found[0].summary
+
+
+def test_clock_skew_and_unsynchronised_clock() -> None:
+    pair = healthy_pair()
+    pair["spark-02"]["clock"]["epoch"] += 3.0
+    pair["spark-01"]["clock"]["ntp_synchronized"] = False
+    found = only_problems(checks.clock_skew(pair, EXPECT))
+    assert sorted((f.host, f.severity) for f in found) == [
+        ("pair", Severity.WARNING),
+        ("spark-01", Severity.WARNING),
+    ]
+    assert "3.05 s" in next(f.summary for f in found if f.host == "pair")
+
+
+def test_lab_pair_skips_rdma_checks_and_says_why() -> None:
+    findings = diagnose(lab_pair(), EXPECT)
+    skipped = {(f.check, f.summary) for f in findings if f.severity is Severity.SKIPPED}
+    assert ("gid_index_drift", "no RDMA device found") in skipped
+    assert ("rdma_port_state", "no RDMA device found") in skipped
+    assert any(check == "socket_fallback" for check, _ in skipped)
+    cma_findings = [f for f in findings if f.check == "cma"]
+    assert severities(cma_findings) == {Severity.WARNING}
+    assert not [f for f in findings if f.severity is Severity.ERROR]

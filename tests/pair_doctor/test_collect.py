@@ -1,0 +1,99 @@
+"""The node-side collector on a fake sysfs and procfs, and its refusal to report secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools.pair_doctor import collect
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def fake_roots(tmp_path: Path) -> tuple[Path, Path]:
+    sysfs, procfs = tmp_path / "sys", tmp_path / "proc"
+    write(sysfs / "class/net/enp1s0f1np1/mtu", "9000")
+    write(sysfs / "class/net/enp1s0f1np1/operstate", "up")
+    port = sysfs / "class/infiniband/rocep1s0f1/ports/1"
+    write(port / "state", "4: ACTIVE")
+    write(port / "link_layer", "Ethernet")
+    gids = {
+        "0": ("fe80:0000:0000:0000:4ebb:47ff:fe01:0203", "IB/RoCE v1"),
+        "3": ("0000:0000:0000:0000:0000:ffff:c0a8:640a", "RoCE v2"),
+        "4": ("0000:0000:0000:0000:0000:0000:0000:0000", ""),
+        "10": ("0000:0000:0000:0000:0000:ffff:c0a8:650a", "RoCE v2"),
+    }
+    for index, (gid, kind) in gids.items():
+        write(port / "gids" / index, gid)
+        write(port / "gid_attrs/types" / index, kind)
+        write(port / "gid_attrs/ndevs" / index, "enp1s0f1np1")
+    (sysfs / "class/infiniband/rocep1s0f1/device/net/enp1s0f1np1").mkdir(parents=True)
+    write(
+        procfs / "meminfo",
+        "MemTotal:       127535000 kB\nMemAvailable:   119000000 kB\nCmaTotal:              0 kB",
+    )
+    return sysfs, procfs
+
+
+def test_rdma_gids_sorted_numerically_and_empty_ones_dropped(tmp_path: Path) -> None:
+    sysfs, _ = fake_roots(tmp_path)
+    seen = collect.rdma(sysfs)
+    assert seen["present"] is True
+    device = seen["devices"]["rocep1s0f1"]
+    assert device["netdevs"] == ["enp1s0f1np1"]
+    port = device["ports"]["1"]
+    assert port["state"] == "4: ACTIVE"
+    assert [gid["index"] for gid in port["gids"]] == [0, 3, 10]
+    assert port["gids"][1] == {
+        "index": 3,
+        "gid": "0000:0000:0000:0000:0000:ffff:c0a8:640a",
+        "type": "RoCE v2",
+        "ndev": "enp1s0f1np1",
+    }
+
+
+def test_no_infiniband_class_means_no_rdma(tmp_path: Path) -> None:
+    assert collect.rdma(tmp_path) == {"present": False, "devices": {}}
+
+
+def test_meminfo_reports_cma_zero_and_absent(tmp_path: Path) -> None:
+    _, procfs = fake_roots(tmp_path)
+    memory = collect.meminfo(procfs)
+    assert memory["CmaTotal_kb"] == 0
+    assert memory["MemAvailable_kb"] == 119000000
+    assert memory["CmaFree_kb"] is None
+
+
+def test_interfaces_read_mtu_and_state(tmp_path: Path) -> None:
+    sysfs, _ = fake_roots(tmp_path)
+    seen = collect.interfaces(["enp1s0f1np1", "enP2p1s0f1np1"], sysfs)
+    assert seen["enp1s0f1np1"]["mtu"] == 9000
+    assert seen["enp1s0f1np1"]["operstate"] == "up"
+    assert seen["enP2p1s0f1np1"]["present"] is False
+
+
+def test_env_file_keeps_nccl_settings_and_drops_secrets(tmp_path: Path) -> None:
+    env = tmp_path / "vllm.env"
+    env.write_text(
+        "NCCL_IB_GID_INDEX=3\nexport NCCL_IB_HCA='rocep1s0f1,roceP2p1s0f1'\n"
+        "VLLM_API_KEY=very-secret\nNCCL_SECRET_TOKEN=x\nHF_TOKEN=y\n# comment\n",
+        encoding="utf-8",
+    )
+    assert collect.env_file(env) == {
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
+    }
+    assert collect.env_file(tmp_path / "absent.env") is None
+
+
+def test_unknown_unit_is_not_loaded() -> None:
+    seen = collect.unit("dualspark-no-such-unit.service", log_lines=10)
+    assert seen["loaded"] is False
+    assert seen["active"] is False
+    assert seen["nccl_log"] == []
+
+
+def test_image_without_reference() -> None:
+    assert collect.image("") == {"ref": "", "present": False}
