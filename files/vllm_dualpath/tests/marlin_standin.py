@@ -1,8 +1,8 @@
 """A stand-in for vLLM's apply_fp8_marlin_linear on machines without a GPU (Marlin is CUDA-only).
 
 It does Marlin's arithmetic in plain PyTorch from the reference layout: channel-wise scales
-multiply the fp32 accumulator, group-wise scales are applied to the weight, the bias is added
-in fp32, one rounding at the end. Tests only; production always calls vLLM's real function.
+multiply the accumulator, group-wise scales are applied to the weight (rounded to BF16), the
+sum is rounded once, and the bias is added to the BF16 result. Tests only; production always calls vLLM's real function.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def reference_linear(
     size_k: int,
     stored_bias: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Marlin's arithmetic, in float64 until the single rounding to x.dtype."""
+    """Marlin's arithmetic: exact products, one rounding of the scaled sum, then the bias."""
     if stored_scales.shape[0] == 1:
         weight = layout.dequantize_reference(packed, None, size_n, size_k).double()
         scales = layout.true_scales(layout.unpermute_scales(stored_scales))[0, :size_n]
@@ -53,6 +53,7 @@ def reference_linear(
     else:
         weight = layout.dequantize_reference(packed, stored_scales, size_n, size_k).double()
         out = x.double() @ weight.t()
+    out = out.to(x.dtype)
     if stored_bias is not None:
-        out = out + layout.unpermute_channels(stored_bias)[:size_n].double()
-    return out.to(x.dtype)
+        out = out + layout.unpermute_channels(stored_bias)[:size_n]
+    return out

@@ -115,9 +115,11 @@ def unpack_linear(
 ) -> torch.Tensor:
     """x[M, size_k] @ W.T (+ bias) with W unpacked from the Marlin layout into weight_buffer.
 
-    Group-wise scales are applied in the unpack (as Marlin does, to the weight). Channel-wise
-    scales follow ``channel_scale``: 'epilogue' multiplies the fp32 GEMM output as Marlin does,
-    'unpack' folds them into the weight.
+    The rounding steps follow Marlin's kernel (marlin_template.h). Group-wise scales multiply
+    the weight, rounded to BF16 (Marlin's bf16 ``__hmul2``): the unpack does exactly that.
+    Channel-wise scales follow ``channel_scale``: 'epilogue' multiplies the fp32 accumulator and
+    rounds once (Marlin's ``scale_float`` then float -> bf16), 'unpack' folds them into the
+    weight like group-wise ones. The bias is added to the BF16 result (Marlin's ``__hadd2``).
     """
     padded_n, _ = layout.marlin_repacked_nk(weight)
     plain_bias = None
@@ -128,11 +130,13 @@ def unpack_linear(
         accumulator = _matmul_fp32(x, unscaled)
         channel_scales = layout.unpermute_channels(weight_scale.reshape(padded_n))[:size_n]
         accumulator.mul_(channel_scales.float() * 2.0**-layout.BF16_EXPONENT_BIAS_LOG2)
-        if plain_bias is not None:
-            accumulator.add_(plain_bias.float())
-        return accumulator.to(x.dtype)
-    scaled = unpack.unpack_weight(weight, weight_scale, size_n, size_k, out=weight_buffer)
-    return F.linear(x, scaled, plain_bias)
+        output = accumulator.to(x.dtype)
+    else:
+        scaled = unpack.unpack_weight(weight, weight_scale, size_n, size_k, out=weight_buffer)
+        output = F.linear(x, scaled)
+    if plain_bias is not None:
+        output.add_(plain_bias)
+    return output
 
 
 def _unpack_supported(input: torch.Tensor, weight_scale: torch.Tensor) -> bool:
