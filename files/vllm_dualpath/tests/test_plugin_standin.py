@@ -191,3 +191,25 @@ def test_invalid_setting_stops_startup_naming_the_variable(standin, monkeypatch)
     monkeypatch.setenv("DUALPATH_LARGE_M_MIN", "lots")
     with pytest.raises(settings.SettingsError, match="DUALPATH_LARGE_M_MIN"):
         plugin.register()
+
+
+def test_calibration_table_from_the_environment_reaches_the_op(standin, monkeypatch, tmp_path):
+    standin(VERSIONS[0])
+    table = tmp_path / "gpu.json"
+    table.write_text('{"format": 1, "shapes": [{"n": 4096, "k": 4096, "unpack_from_m": 300}]}')
+    monkeypatch.setenv("DUALPATH_CALIBRATION_TABLE", str(table))
+    plugin.register()
+    assert plugin.registered_route() is not None
+    assert op.choose_path(299, 4096, 4096) == "marlin"
+    assert op.choose_path(300, 4096, 4096) == "unpack"
+    assert op.choose_path(300, 1024, 4096) == "marlin"
+
+
+def test_malformed_calibration_table_stops_startup_naming_the_file(standin, monkeypatch, tmp_path):
+    standin(VERSIONS[0])
+    table = tmp_path / "broken-table.json"
+    table.write_text('{"format": 1, "shapes": [{"n": 1}]}')
+    monkeypatch.setenv("DUALPATH_CALIBRATION_TABLE", str(table))
+    with pytest.raises(ValueError, match="broken-table"):
+        plugin.register()
+    assert plugin.registered_route() is None

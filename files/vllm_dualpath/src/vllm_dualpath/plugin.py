@@ -76,7 +76,10 @@ _warned = False
 
 def check_signature(function: Callable[..., Any]) -> dict[str, Any]:
     """Defaults of the optional parameters; IncompatibleVllmError naming any surprise."""
-    parameters = list(inspect.signature(function).parameters.values())
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError) as error:
+        raise IncompatibleVllmError(f"{SOURCE_MODULE}.{FUNCTION_NAME}: {error}") from error
     names = [p.name for p in parameters]
     leading = tuple(names[: len(LEADING_PARAMETERS)])
     if leading != LEADING_PARAMETERS:
