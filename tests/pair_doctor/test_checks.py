@@ -125,9 +125,17 @@ def test_memlock_flags_missing_from_unit() -> None:
     pair = healthy_pair()
     pair["spark-02"]["units"]["dualspark-vllm-rank1.service"]["memlock_unlimited"] = False
     found = only_problems(checks.memlock(pair, EXPECT))
-    assert len(found) == 1
+    assert [f.severity for f in found] == [Severity.ERROR]
     assert "without --ulimit memlock=-1:-1" in found[0].summary
     assert "IPC_LOCK" not in found[0].summary
+
+
+def test_memlock_gap_without_rdma_is_a_warning() -> None:
+    pair = lab_pair()
+    pair["spark-01"]["units"]["dualspark-vllm-rank0.service"]["ipc_lock"] = False
+    found = only_problems(checks.memlock(pair, EXPECT))
+    assert [f.severity for f in found] == [Severity.WARNING]
+    assert "without --cap-add IPC_LOCK" in found[0].summary
 
 
 def test_free_memory_low_before_launch() -> None:
