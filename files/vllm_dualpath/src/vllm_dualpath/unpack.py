@@ -16,7 +16,7 @@ import triton.language as tl
 from vllm_dualpath import layout
 
 # Tile of the output each program writes; the GPU benchmark may pick others.
-DEFAULT_BLOCK_N = 32
+DEFAULT_BLOCK_N = 64
 DEFAULT_BLOCK_K = 128
 
 
@@ -36,18 +36,25 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[:, None]
-    k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)[None, :]
+    # Each word is read once. Word (kt, n, t) holds k = 16*kt + 8*h + 2*t + l in byte h + 2*l,
+    # so axes (n, kt, h, t, l) enumerate the output tile in row-major (n, k) order.
+    BLOCK_KT: tl.constexpr = BLOCK_K // 16
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[:, None, None, None, None]
+    kt = tl.program_id(1) * BLOCK_KT + tl.arange(0, BLOCK_KT)[None, :, None, None, None]
+    h = tl.arange(0, 2)[None, None, :, None, None]
+    t = tl.arange(0, 4)[None, None, None, :, None]
+    lo = tl.arange(0, 2)[None, None, None, None, :]
+    k = kt * 16 + 8 * h + 2 * t + lo
     inside = (n < size_n) & (k < size_k)
 
-    # Inverse of the repack: which word and which byte hold W[k, n].
-    k_in_tile = k & 15
+    # Inverse of the repack: word kt * words_per_row + 256*(n//64) + 8*th + 2*w + r, with
+    # th = 4*(n%8) + t, w = (n%64)//16, r = (n%16)//8. One 16x64 tile is 256 consecutive words.
     n_in_tile = n & 63
-    thread = 4 * (n_in_tile & 7) + ((k_in_tile & 7) >> 1)
-    column = (n >> 6) * 256 + thread * 8 + (n_in_tile >> 4) * 2 + ((n_in_tile >> 3) & 1)
-    byte = (k_in_tile & 1) * 2 + (k_in_tile >> 3)
-    word = tl.load(packed_ptr + (k >> 4) * words_per_row + column, mask=inside, other=0)
-    code = (word >> (byte * 8)) & 0xFF
+    column = (n >> 6) * 256 + 32 * (n_in_tile & 7) + 8 * t + 2 * (n_in_tile >> 4)
+    column += (n_in_tile >> 3) & 1
+    word_mask = (n < size_n) & (kt * 16 < size_k)
+    word = tl.load(packed_ptr + kt * words_per_row + column, mask=word_mask, other=0)
+    code = (word >> (8 * (h + 2 * lo))) & 0xFF
 
     # e4m3 as Marlin decodes it: value = significand * 2**(exponent - 10); NaN codes give 480.
     code_exp = (code >> 3) & 15
@@ -100,7 +107,11 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
         bits = tl.where(special, (sign << 15) | 0x7F80, bits)
         bits = tl.where(is_nan, 0x7FC0, bits)
 
-    tl.store(out_ptr + n * out_row_stride + k, bits.to(tl.int16), mask=inside)
+    out_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[:, None]
+    out_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)[None, :]
+    tile = tl.reshape(bits.to(tl.int16), (BLOCK_N, BLOCK_K))
+    out_mask = (out_n < size_n) & (out_k < size_k)
+    tl.store(out_ptr + out_n * out_row_stride + out_k, tile, mask=out_mask)
 
 
 def _check(packed: torch.Tensor, scales: torch.Tensor | None, size_n: int, size_k: int) -> int:
@@ -140,6 +151,8 @@ def unpack_weight(
     ``out`` may be any contiguous BF16 buffer with at least size_n * size_k elements (a scratch
     buffer); the result is a view of its start.
     """
+    if block_k % 16 or block_k < 16:
+        raise ValueError(f"block_k must be a multiple of 16, got {block_k}")
     k_per_group = _check(packed, scales, size_n, size_k)
     padded_n, _ = layout.marlin_repacked_nk(packed)
     if out is None:
