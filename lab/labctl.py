@@ -8,6 +8,7 @@ Every test host in this repository is made here: the README's lab, and every mol
     labctl.py up   [--prefix P] [--host H]   start the hosts and the rail between the first two
     labctl.py down [--prefix P] [--images]   remove the hosts (the rail goes with them)
     labctl.py status [--prefix P]
+    labctl.py standin-image                  build the stand-in serving image (tests/standin)
 """
 
 from __future__ import annotations
@@ -384,6 +385,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="command", required=True)
     image = sub.add_parser("image", help="build the lab's base image")
     image.add_argument("--rebuild", action="store_true", help="build even if up to date")
+    sub.add_parser("standin-image", help="build the lab's stand-in vLLM serving image")
     for name in ("up", "down", "status"):
         cmd = sub.add_parser(name)
         cmd.add_argument(
@@ -415,6 +417,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             build_image(args.rebuild)
         elif args.command == "up":
             up(args.prefix, tuple(args.hosts or DEFAULT_HOSTS), not args.no_docker_socket)
+        elif args.command == "standin-image":
+            import standin_image
+
+            print(standin_image.build())
         elif args.command == "down":
             down(args.prefix, args.images)
         else:
