@@ -348,8 +348,28 @@ def lab_containers(prefix: str) -> list[str]:
     return result.stdout.split()
 
 
+def guest_containers(hosts: Sequence[str]) -> list[str]:
+    """Containers started inside a lab host's network namespace (the service's, in the lab)."""
+    ids = set(docker("inspect", "--format", "{{.Id}}", *hosts).stdout.split()) if hosts else set()
+    modes = {f"container:{key}" for key in ids | set(hosts)}
+    listing = docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
+    if not listing:
+        return []
+    inspected = docker("inspect", "--format", "{{.Name}} {{.HostConfig.NetworkMode}}", *listing)
+    guests = []
+    for line in inspected.stdout.splitlines():
+        name, _, mode = line.strip().lstrip("/").partition(" ")
+        if mode in modes:
+            guests.append(name)
+    return guests
+
+
 def down(prefix: str, images: bool) -> None:
     names = lab_containers(prefix)
+    guests = guest_containers(names)
+    if guests:
+        docker("rm", "-f", *guests)
+        log(f"removed {', '.join(guests)} (they ran inside the lab hosts)")
     if names:
         docker("rm", "-f", *names)
         log(f"removed {', '.join(names)} (their rail links went with them)")
