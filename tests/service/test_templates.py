@@ -1,0 +1,176 @@
+"""The units and env files vllm_tp2_service renders, from the role's own expressions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.service.render import facts, render, systemd_argv, unit_lines, write_unit
+
+SPARK: dict[str, Any] = {
+    "spark_pair_name": "pair_one",
+    "spark_pair_rank0_host": "spark-01",
+    "vllm_tp2_service_image_ref": "ghcr.io/example/serving@sha256:" + "a" * 64,
+    "vllm_tp2_service_model_path": "/var/lib/dualspark/models/x/rev",
+    "vllm_tp2_service_api_key": "k" * 32,
+    "vllm_tp2_service_master_address": "192.168.100.10",
+    "rail_network_master_address": "192.168.100.10",
+    "rail_network_socket_ifname": "enp1s0f1np1",
+    "rail_network_ib_hca": "rocep1s0f1,roceP2p1s0f1",
+    "rail_network_ib_gid_index": "3",
+    "rail_network_rdma_present": True,
+    "container_runtime_gpu_enabled": True,
+    "container_runtime_env": {"HF_HUB_OFFLINE": "1"},
+    "dualpath_overlay_env": {"VLLM_PLUGINS": "dualpath", "PYTHONPATH": "/opt/vllm_dualpath/site"},
+    "dualpath_overlay_mounts": [
+        {"source": "/opt/dualspark/overlay/current", "target": "/opt/vllm_dualpath"}
+    ],
+}
+LAB: dict[str, Any] = {
+    **SPARK,
+    "rail_network_ib_hca": "",
+    "rail_network_ib_gid_index": "",
+    "rail_network_rdma_present": False,
+    "container_runtime_gpu_enabled": False,
+    "vllm_tp2_service_host_container": "dualspark-lab-spark-a",
+    "vllm_tp2_service_memlock": "",
+    "vllm_tp2_service_docker_unit": "",
+    "vllm_tp2_service_drop_caches": False,
+    "vllm_tp2_service_engine_root": {"stdout": "/var/lib/docker/overlay2/abc/merged\n"},
+}
+
+
+def rank(inventory: dict[str, Any], number: int) -> dict[str, Any]:
+    published = facts({**inventory, "spark_pair_rank": number})
+    return {**published, "ansible_managed": "Ansible managed"}
+
+
+def option(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_spark_rank0_container_has_rail_gpu_and_rdma_but_no_privileges() -> None:
+    args = rank(SPARK, 0)["vllm_tp2_service_run_args"]
+    assert "--privileged" not in args
+    assert option(args, "--network") == "host"
+    assert option(args, "--ipc") == "host"
+    assert option(args, "--cap-add") == "IPC_LOCK"
+    assert option(args, "--ulimit") == "memlock=-1:-1"
+    assert option(args, "--device") == "/dev/infiniband"
+    assert option(args, "--gpus") == "all"
+    mounts = [args[i + 1] for i, arg in enumerate(args) if arg == "--mount"]
+    assert mounts == [
+        "type=bind,src=/var/lib/dualspark/models/x/rev,dst=/model,readonly",
+        "type=bind,src=/opt/dualspark/overlay/current,dst=/opt/vllm_dualpath,readonly",
+    ]
+
+
+def test_serve_arguments_carry_the_reference_configuration() -> None:
+    args = rank(SPARK, 0)["vllm_tp2_service_run_args"]
+    serve = args[args.index("vllm") :]
+    assert serve[:3] == ["vllm", "serve", "/model"]
+    assert args[args.index("vllm") - 1] == SPARK["vllm_tp2_service_image_ref"]
+    assert option(serve, "--tensor-parallel-size") == "2"
+    assert option(serve, "--nnodes") == "2"
+    assert option(serve, "--node-rank") == "0"
+    assert option(serve, "--master-addr") == "192.168.100.10"
+    assert option(serve, "--max-model-len") == "524288"
+    assert option(serve, "--kv-cache-dtype") == "fp8"
+    assert option(serve, "--gpu-memory-utilization") == "0.85"
+    assert option(serve, "--max-num-batched-tokens") == "8192"
+    assert json.loads(option(serve, "--speculative-config")) == {
+        "method": "mtp",
+        "num_speculative_tokens": 4,
+    }
+    assert "--headless" not in serve
+    assert "--api-key" not in serve, "the key travels in the env file, not on the command line"
+
+
+def test_rank1_is_headless_without_api_or_key() -> None:
+    published = rank(SPARK, 1)
+    serve = published["vllm_tp2_service_run_args"]
+    assert "--headless" in serve
+    assert "--port" not in serve
+    assert option(serve, "--node-rank") == "1"
+    assert "VLLM_API_KEY" not in published["vllm_tp2_service_container_env"]
+
+
+def test_env_carries_rail_overlay_and_runtime_settings() -> None:
+    env = rank(SPARK, 0)["vllm_tp2_service_container_env"]
+    assert env["VLLM_API_KEY"] == "k" * 32
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1"
+    assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
+    assert env["NCCL_IB_GID_INDEX"] == "3"
+    assert env["VLLM_HOST_IP"] == "192.168.100.10"
+    assert env["VLLM_TEST_FORCE_FP8_MARLIN"] == "1"
+    assert env["VLLM_PLUGINS"] == "dualpath"
+    assert env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_lab_joins_the_host_namespace_and_mounts_through_its_root() -> None:
+    published = rank(LAB, 0)
+    args = published["vllm_tp2_service_run_args"]
+    assert option(args, "--network") == "container:dualspark-lab-spark-a"
+    for flag in ("--ulimit", "--device", "--gpus", "--runtime"):
+        assert flag not in args
+    mounts = [args[i + 1] for i, arg in enumerate(args) if arg == "--mount"]
+    assert all(m.startswith("type=bind,src=/var/lib/docker/overlay2/abc/merged/") for m in mounts)
+    env = published["vllm_tp2_service_container_env"]
+    assert "NCCL_IB_HCA" not in env, "no RDMA device: leave NCCL's HCA choice alone"
+    assert "NCCL_IB_GID_INDEX" not in env, "an empty GID index means NCCL auto"
+
+
+@pytest.mark.parametrize("inventory", [SPARK, LAB], ids=["spark", "lab"])
+@pytest.mark.parametrize("number", [0, 1])
+def test_unit_exec_start_parses_back_to_the_arguments(
+    inventory: dict[str, Any], number: int
+) -> None:
+    published = rank(inventory, number)
+    unit = unit_lines(render("vllm-tp2.service.j2", published))
+    (exec_start,) = unit["ExecStart"]
+    assert systemd_argv(exec_start) == published["vllm_tp2_service_run_args"]
+    assert unit["Restart"] == ["no"]
+    assert int(unit["TimeoutStartSec"][0]) >= 600, "loads take minutes"
+    assert ("ExecStartPost" in unit) == (number == 0)
+    stop = systemd_argv(unit["ExecStop"][0])
+    assert stop[1:4] == ["stop", "--time", "120"]
+
+
+def test_readiness_wait_keeps_the_key_out_of_the_command_line() -> None:
+    unit = unit_lines(render("vllm-tp2.service.j2", rank(SPARK, 0)))
+    (post,) = unit["ExecStartPost"]
+    assert "k" * 32 not in post
+    argv = systemd_argv(post)
+    assert argv[:2] == ["/bin/sh", "-c"]
+    assert "${VLLM_API_KEY}" in argv[2]
+    assert "kill -0 $MAINPID" in argv[2]
+
+
+def test_env_file_lists_every_variable_once() -> None:
+    published = rank(SPARK, 0)
+    text = render("vllm-tp2.env.j2", published)
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert dict(line.split("=", 1) for line in lines) == published["vllm_tp2_service_container_env"]
+    assert len(lines) == len(published["vllm_tp2_service_container_env"])
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+@pytest.mark.parametrize("number", [0, 1])
+def test_systemd_accepts_the_unit(tmp_path: Path, number: int) -> None:
+    published = rank(LAB, number)
+    docker = shutil.which("docker") or "/bin/true"
+    published["vllm_tp2_service_docker"] = docker
+    published["vllm_tp2_service_run_args"] = [docker, *published["vllm_tp2_service_run_args"][1:]]
+    path = write_unit(
+        tmp_path, f"vllm-tp2-rank{number}.service", render("vllm-tp2.service.j2", published)
+    )
+    result = subprocess.run(
+        ["systemd-analyze", "verify", str(path)], capture_output=True, text=True, check=False
+    )
+    mine = [line for line in result.stderr.splitlines() if path.name in line]
+    assert result.returncode == 0 and not mine, result.stderr
