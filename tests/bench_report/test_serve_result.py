@@ -69,10 +69,10 @@ def test_metadata_is_kept_as_extra() -> None:
     [
         ("not json", "not JSON"),
         ("[1, 2]", "not a JSON object"),
-        ('{"completed": 1}', "missing input_lens"),
+        ('{"completed": 1}', "missing median_ttft_ms, total_input_tokens"),
         (
             '{"completed": 0, "input_lens": [5], "output_lens": [0], "ttfts": [0.0],'
-            ' "median_ttft_ms": 0}',
+            ' "median_ttft_ms": 0, "total_input_tokens": 5, "total_output_tokens": 0}',
             "no successful request",
         ),
     ],
@@ -82,3 +82,14 @@ def test_unusable_files_are_refused(tmp_path: Path, content: str, message: str) 
     path.write_text(content, encoding="utf-8")
     with pytest.raises(ResultFileError, match=message):
         load_serve_result(path)
+
+
+def test_summary_only_result_uses_medians() -> None:
+    # Without --save-detailed, vllm bench serve drops the per-request lists.
+    data = json.loads((SAMPLES / "decode_code.json").read_text(encoding="utf-8"))
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
+        del data[key]
+    result = parse_serve_result(data, fallback_case="x")
+    assert result.input_lens == (96, 96, 96)
+    assert result.median_decode_tok_s == pytest.approx(1000.0 / data["median_tpot_ms"])
+    assert result.median_prefill_tok_s == pytest.approx(96 / (data["median_ttft_ms"] / 1000))

@@ -58,7 +58,8 @@ class ServeResult:
         return sum(self.input_lens) / len(self.input_lens) if self.input_lens else 0.0
 
 
-REQUIRED = ("completed", "input_lens", "output_lens", "ttfts", "median_ttft_ms")
+REQUIRED = ("completed", "median_ttft_ms", "total_input_tokens", "total_output_tokens")
+PER_REQUEST = ("input_lens", "output_lens", "ttfts")
 
 
 def parse_serve_result(data: dict[str, Any], fallback_case: str) -> ServeResult:
@@ -66,6 +67,8 @@ def parse_serve_result(data: dict[str, Any], fallback_case: str) -> ServeResult:
     missing = [key for key in REQUIRED if key not in data]
     if missing:
         raise ResultFileError(f"not a vllm bench serve result: missing {', '.join(missing)}")
+    if not all(key in data for key in PER_REQUEST):
+        data = _per_request_from_summary(data)
     # Failed requests have an empty TTFT and no tokens; keep the successful ones only.
     rows = [
         (int(n_in), int(n_out), float(ttft), _decode_seconds(itl))
@@ -80,7 +83,7 @@ def parse_serve_result(data: dict[str, Any], fallback_case: str) -> ServeResult:
     ]
     if not rows:
         raise ResultFileError("the result holds no successful request")
-    known = {*REQUIRED, "itls", "ttfts", "generated_texts", "errors", "case"}
+    known = {*REQUIRED, *PER_REQUEST, "itls", "generated_texts", "errors", "case"}
     return ServeResult(
         case=str(data.get("case") or fallback_case),
         model_id=str(data.get("model_id", "")),
@@ -115,3 +118,20 @@ def _decode_seconds(itl: list[float] | None) -> float:
     # Inter-token latencies are per streamed chunk (several tokens under speculative decoding):
     # their sum is the request's time after the first token.
     return float(sum(itl or []))
+
+
+def _per_request_from_summary(data: dict[str, Any]) -> dict[str, Any]:
+    """Without --save-detailed, vLLM keeps only summaries: stand for each request by the median."""
+    completed = int(data["completed"])
+    if completed < 1:
+        raise ResultFileError("the result holds no successful request")
+    ttft_s = float(data["median_ttft_ms"]) / 1000
+    output_len = round(int(data["total_output_tokens"]) / completed)
+    tpot_s = float(data.get("median_tpot_ms") or 0.0) / 1000
+    return {
+        **data,
+        "input_lens": [round(int(data["total_input_tokens"]) / completed)] * completed,
+        "output_lens": [output_len] * completed,
+        "ttfts": [ttft_s] * completed,
+        "itls": [[tpot_s * max(output_len - 1, 0)]] * completed,
+    }
