@@ -17,14 +17,20 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from vllm_dualpath import timing
-from vllm_dualpath.bench_paths import PATHS, PathFactory, WeightSet, build_paths, make_weight_sets
+from vllm_dualpath.bench_paths import (
+    PATHS,
+    configure_overlay,
+    make_weight_sets,
+    path_factories,
+    unpack_only_us,
+)
 from vllm_dualpath.marlin_reference import load_marlin_library
 
 M_VALUES = (1, 2, 4, 8, 16, 20, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -60,8 +66,8 @@ SHAPES = (
 )
 
 
-def weight_set_count(shape: Shape) -> int:
-    return max(2, min(MAX_WEIGHT_SETS, math.ceil(ROTATION_BYTES / (shape.n * shape.k))))
+def weight_set_count(n: int, k: int) -> int:
+    return max(2, min(MAX_WEIGHT_SETS, math.ceil(ROTATION_BYTES / (n * k))))
 
 
 def log(message: str) -> None:
@@ -72,19 +78,14 @@ def gpu_name() -> str:
     return torch.cuda.get_device_name()
 
 
-def time_path(
-    factory: PathFactory, weights: Sequence[WeightSet], x: torch.Tensor, budget_s: float
-) -> float:
-    calls: list[Callable[[], object]] = [factory(w, x) for w in weights]
-    return timing.median_call_us(calls, budget_s)
-
-
 def run(
     shapes: Sequence[Shape],
     m_values: Sequence[int],
     paths: Sequence[str],
     block_size: tuple[int, int] | None,
+    channel_scale: str,
     budget_s: float,
+    out: Path,
 ) -> dict[str, object]:
     started = time.monotonic()
     copy_gbps = timing.copy_bandwidth_gbps()
@@ -93,33 +94,43 @@ def run(
     unpack_gbps: dict[str, float] = {}
     generator = torch.Generator(device="cuda")
     generator.manual_seed(0)
-    factories = build_paths(paths)
+    factories = path_factories(channel_scale)
+    result: dict[str, object] = {}
     for index, shape in enumerate(shapes, 1):
-        count = weight_set_count(shape)
+        count = weight_set_count(shape.n, shape.k)
         weights = make_weight_sets(shape.n, shape.k, count, block_size, generator)
         log(f"[{index}/{len(shapes)}] {shape.name} N={shape.n} K={shape.k}: {count} weight sets")
-        unpack_us = factories.unpack_only_us(weights, budget_s)
-        if unpack_us is not None:
-            padded_n, padded_k = weights[0].marlin.padded_nk
-            unpack_gbps[shape.key] = 3 * padded_n * padded_k / (unpack_us * 1e-6) / 1e9
+        if "unpack_cublas" in paths:
+            unpack_us = unpack_only_us(weights, budget_s, channel_scale)
+            # 1 byte read and 2 written per element of the weight.
+            unpack_gbps[shape.key] = 3 * shape.n * shape.k / (unpack_us * 1e-6) / 1e9
             log(
                 f"    unpack {unpack_us:8.1f} us = {unpack_gbps[shape.key]:.0f} GB/s "
                 f"({unpack_gbps[shape.key] / copy_gbps:.0%} of copy)"
             )
         for m in m_values:
             x = torch.randn(m, shape.k, device="cuda", generator=generator).to(torch.bfloat16)
-            medians = {}
-            for path in paths:
-                medians[path] = time_path(factories.factory(path), weights, x, budget_s)
-                rows.append(
-                    {"n": shape.n, "k": shape.k, "m": m, "path": path, "median_us": medians[path]}
-                )
+            medians = timing.median_call_us_side_by_side(
+                {path: [factories[path](w, x) for w in weights] for path in paths}, budget_s
+            )
+            rows.extend(
+                {"n": shape.n, "k": shape.k, "m": m, "path": path, "median_us": medians[path]}
+                for path in paths
+            )
             log(f"    M={m:<6d} " + progress_line(medians))
             del x
         del weights
         torch.cuda.empty_cache()
+        # Written after every shape, so an interrupted run still leaves its measurements.
+        result = {
+            "gpu": gpu_name(),
+            "copy_gbps": copy_gbps,
+            "unpack_gbps": unpack_gbps,
+            "rows": rows,
+        }
+        out.write_text(json.dumps(result, indent=1) + "\n")
     log(f"done in {time.monotonic() - started:.0f} s")
-    return {"gpu": gpu_name(), "copy_gbps": copy_gbps, "unpack_gbps": unpack_gbps, "rows": rows}
+    return result
 
 
 def progress_line(medians: dict[str, float]) -> str:
@@ -146,11 +157,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--shapes", help="comma-separated shape names (default: all)")
     parser.add_argument("--m", help="comma-separated M values (default: 1..16384)")
     parser.add_argument(
-        "--scales", choices=("block", "channel"), default="block",
+        "--scales",
+        choices=("block", "channel"),
+        default="block",
         help="128x128 block scales (FP8 checkpoints' usual form) or per-channel",
     )
-    parser.add_argument("--budget-s", type=float, default=timing.DEFAULT_BUDGET_S,
-                        help="timed replay seconds per measurement")
+    parser.add_argument(
+        "--channel-scale",
+        choices=("epilogue", "unpack"),
+        help="where channel-wise scales go on the unpack path (default: the overlay's setting)",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=timing.DEFAULT_BUDGET_S,
+        help="timed replay seconds per measurement",
+    )
     return parser.parse_args(argv)
 
 
@@ -173,15 +195,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = [p for p in args.paths.split(",") if p]
     if unknown := [p for p in paths if p not in PATHS]:
         raise SystemExit(f"unknown paths {unknown}; known: {', '.join(PATHS)}")
-    if "dualpath" in paths:
-        from vllm_dualpath.bench_paths import use_calibration
-
-        use_calibration(args.calibration)
+    if "dualpath" in paths and args.calibration is None:
+        log("no --calibration: the dual path uses Marlin between its two thresholds")
+    current = configure_overlay(args.calibration, args.channel_scale)
     m_values = [int(m) for m in args.m.split(",")] if args.m else list(M_VALUES)
     block = (128, 128) if args.scales == "block" else None
-    result = run(select_shapes(args.shapes), m_values, paths, block, args.budget_s)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    run(
+        select_shapes(args.shapes),
+        m_values,
+        paths,
+        block,
+        current.channel_scale,
+        args.budget_s,
+        args.out,
+    )
     log(f"wrote {args.out}")
     return 0
 

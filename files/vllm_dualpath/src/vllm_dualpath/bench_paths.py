@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from vllm_dualpath import timing
+from vllm_dualpath import calibration, op, scratch, settings, timing, unpack
 from vllm_dualpath.marlin_reference import (
     MarlinFp8Layer,
+    apply_fp8_marlin_linear,
     dequantize_fp8,
     marlin_linear,
     prepare_fp8_for_marlin,
@@ -26,7 +27,7 @@ class WeightSet:
     """One layer's weight in both forms: Marlin FP8 (what serves) and dense BF16 (the baseline)."""
 
     marlin: MarlinFp8Layer
-    dense: torch.Tensor  # BF16 [N, K], the exact dequantized Marlin weight
+    dense: torch.Tensor  # BF16 [N, K], the exact dequantized weight
 
 
 def make_weight_sets(
@@ -40,10 +41,9 @@ def make_weight_sets(
     for _ in range(count):
         weight = random_fp8_weight(n, k, "cuda", generator)
         scale = random_scales(n, k, block_size, "cuda", generator)
-        sets.append(
-            WeightSet(prepare_fp8_for_marlin(weight, scale, block_size),
-                      dequantize_fp8(weight, scale, block_size))
-        )
+        layer = prepare_fp8_for_marlin(weight, scale, block_size)
+        sets.append(WeightSet(layer, dequantize_fp8(weight, scale, block_size)))
+        del weight
     return sets
 
 
@@ -58,29 +58,74 @@ def _marlin(w: WeightSet, x: torch.Tensor) -> Callable[[], object]:
     return lambda: marlin_linear(x, w.marlin)
 
 
-class Paths:
-    """Factories for the requested paths, plus the unpack timed on its own."""
+def _unpack_cublas(channel_scale: str) -> PathFactory:
+    def factory(w: WeightSet, x: torch.Tensor) -> Callable[[], object]:
+        layer = w.marlin
+        buffer = scratch.acquire(x.device, layer.size_n * layer.size_k)
 
-    def __init__(self, paths: Sequence[str]) -> None:
-        self._factories: dict[str, PathFactory] = {"bf16": _bf16, "marlin": _marlin}
-        self._wanted = tuple(paths)
+        def call() -> torch.Tensor:
+            return op.unpack_linear(
+                x,
+                layer.qweight,
+                layer.scales,
+                layer.size_n,
+                layer.size_k,
+                layer.bias,
+                buffer,
+                channel_scale,
+            )
 
-    def factory(self, path: str) -> PathFactory:
-        return self._factories[path]
+        return call
 
-    def unpack_only_us(self, weights: Sequence[WeightSet], budget_s: float) -> float | None:
-        if "unpack_cublas" not in self._wanted:
-            return None
-        raise NotImplementedError
-
-
-def build_paths(paths: Sequence[str]) -> Paths:
-    return Paths(paths)
-
-
-def use_calibration(table: Path | None) -> None:
-    raise NotImplementedError
+    return factory
 
 
-__all__ = ["PATHS", "PathFactory", "Paths", "WeightSet", "build_paths", "make_weight_sets",
-           "timing", "use_calibration"]
+def _dualpath(w: WeightSet, x: torch.Tensor) -> Callable[[], object]:
+    layer = w.marlin
+    dual = torch.ops.dualpath.fp8_marlin_linear
+
+    def call() -> torch.Tensor:
+        return dual(
+            x, layer.qweight, layer.scales, None, layer.size_n, layer.size_k, layer.bias, True
+        )
+
+    return call
+
+
+def path_factories(channel_scale: str) -> dict[str, PathFactory]:
+    return {
+        "bf16": _bf16,
+        "marlin": _marlin,
+        "unpack_cublas": _unpack_cublas(channel_scale),
+        "dualpath": _dualpath,
+    }
+
+
+def unpack_only_us(weights: Sequence[WeightSet], budget_s: float, channel_scale: str) -> float:
+    """The unpack alone, as the large-M path runs it (scales folded in unless channel-wise
+    scales go to the GEMM epilogue)."""
+    layers = [w.marlin for w in weights]
+    n, k = layers[0].size_n, layers[0].size_k
+    buffer = scratch.acquire(torch.device("cuda", torch.cuda.current_device()), n * k)
+
+    def one(layer: MarlinFp8Layer) -> Callable[[], object]:
+        channel_epilogue = (
+            layer.scales.shape[0] == 1 and channel_scale == settings.CHANNEL_SCALE_EPILOGUE
+        )
+        scales = None if channel_epilogue else layer.scales
+        return lambda: unpack.unpack_weight(layer.qweight, scales, n, k, out=buffer)
+
+    return timing.median_call_us([one(layer) for layer in layers], budget_s)
+
+
+def configure_overlay(
+    table_path: Path | None, channel_scale: str | None = None
+) -> settings.Settings:
+    """Settings from the environment, this calibration table, and the reference Marlin call."""
+    current = settings.load()
+    if channel_scale is not None:
+        current = replace(current, channel_scale=channel_scale)
+    table = calibration.load(table_path) if table_path is not None else None
+    op.configure(current, table)
+    op.install_marlin_apply(apply_fp8_marlin_linear)
+    return current

@@ -140,9 +140,7 @@ def prepare_fp8_for_marlin(
 
     # pack_fp8_to_int32: 4 consecutive K bytes per int32, then K-major.
     qweight = weight.contiguous().view(torch.int32).t().contiguous()
-    qweight = torch.nn.functional.pad(
-        qweight, (0, padded_n - size_n, 0, (padded_k - size_k) // 4)
-    )
+    qweight = torch.nn.functional.pad(qweight, (0, padded_n - size_n, 0, (padded_k - size_k) // 4))
     marlin_qweight = torch.ops._C.gptq_marlin_repack(qweight, padded_k, padded_n, 8, False)
 
     scales = expand_scales(scale.to(torch.bfloat16), size_n, size_k, block_size)
@@ -173,33 +171,55 @@ def marlin_workspace(device: torch.device) -> torch.Tensor:
     return _workspaces[device]
 
 
-def marlin_linear(x: torch.Tensor, layer: MarlinFp8Layer) -> torch.Tensor:
-    """vLLM's `apply_fp8_marlin_linear` for BF16 activations (no atomic add, fp32 reduce)."""
-    padded_n, padded_k = layer.padded_nk
-    x2 = x.reshape(-1, x.shape[-1])
-    if padded_k != layer.size_k:
-        x2 = torch.nn.functional.pad(x2, (0, padded_k - layer.size_k))
+def apply_fp8_marlin_linear(
+    *,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    workspace: torch.Tensor | None,
+    size_n: int,
+    size_k: int,
+    bias: torch.Tensor | None,
+    use_fp32_reduce: bool = True,
+) -> torch.Tensor:
+    """vLLM's `apply_fp8_marlin_linear` for BF16 activations (no atomic add), same keywords."""
+    padded_n, padded_k = weight.shape[1] * 4 // MARLIN_TILE, weight.shape[0] * MARLIN_TILE
+    x2 = input.reshape(-1, input.shape[-1])
+    if padded_k != size_k:
+        x2 = torch.nn.functional.pad(x2, (0, padded_k - size_k))
     out = torch.ops._C.marlin_gemm(
         x2,
         None,
-        layer.qweight,
-        layer.bias,
-        layer.scales,
+        weight,
+        bias,
+        weight_scale,
         None,
         None,
         None,
-        marlin_workspace(x.device),
+        marlin_workspace(input.device) if workspace is None else workspace,
         FP8_E4M3FN_TYPE_ID,
         x2.shape[0],
         padded_n,
         padded_k,
         False,
-        True,
+        use_fp32_reduce,
         False,
     )
-    if padded_n != layer.size_n:
-        out = out[:, : layer.size_n].contiguous()
-    return out.reshape(*x.shape[:-1], layer.size_n)
+    if padded_n != size_n:
+        out = out[:, :size_n].contiguous()
+    return out.reshape(*input.shape[:-1], size_n)
+
+
+def marlin_linear(x: torch.Tensor, layer: MarlinFp8Layer) -> torch.Tensor:
+    return apply_fp8_marlin_linear(
+        input=x,
+        weight=layer.qweight,
+        weight_scale=layer.scales,
+        workspace=None,
+        size_n=layer.size_n,
+        size_k=layer.size_k,
+        bias=layer.bias,
+    )
 
 
 def random_fp8_weight(

@@ -1,16 +1,18 @@
 """GPU timing for the benchmark and the calibration: CUDA-graph replays, medians, rotating inputs.
 
-Every measurement captures the calls in a CUDA graph, so launch overhead (CPU time) stays out of
+Every measurement captures its calls in a CUDA graph, so launch overhead (CPU time) stays out of
 small-M numbers, and rotates over several weight sets, so a weight small enough for the L2 cache
 is not timed from the cache. A replay holds at least one pass over all sets and enough passes to
-run for `MIN_REPLAY_S`; the result is the median replay time divided by the calls in it.
+run for `MIN_REPLAY_S`. Variants compared with each other are replayed in turns (A, B, C, A, B,
+C, ...), so clock and temperature drift during a run hits them alike; each result is the median
+replay time divided by the calls in one replay.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -19,12 +21,14 @@ DEFAULT_BUDGET_S = 0.12
 MIN_REPLAYS = 7
 MAX_REPLAYS = 200
 
+Calls = Sequence[Callable[[], object]]
+
 
 def _elapsed_s(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
-    return start.elapsed_time(end) / 1e3
+    return float(start.elapsed_time(end)) / 1e3
 
 
-def time_eager_s(calls: Sequence[Callable[[], object]]) -> float:
+def time_eager_s(calls: Calls) -> float:
     """One eager pass over the calls, seconds per call (a rough estimate)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -35,14 +39,10 @@ def time_eager_s(calls: Sequence[Callable[[], object]]) -> float:
     return _elapsed_s(start, end) / len(calls)
 
 
-def median_call_us(
-    calls: Sequence[Callable[[], object]], budget_s: float = DEFAULT_BUDGET_S
-) -> float:
-    """Median microseconds per call of `calls` (one per weight set), timed as graph replays."""
-    if not calls:
-        raise ValueError("nothing to time")
-    # Warm up on a side stream: Triton compiles, cuBLAS picks its algorithms, the caching
-    # allocator settles, all before capture.
+def _capture(calls: Calls) -> tuple[torch.cuda.CUDAGraph, int, float]:
+    """Warm up, then capture enough passes over `calls`; (graph, calls per replay, est. s/call)."""
+    # Warm up on a side stream: Triton compiles, cuBLAS picks its algorithms and the caching
+    # allocator settles before capture.
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -51,8 +51,7 @@ def median_call_us(
         estimate = time_eager_s(calls)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-
-    passes = max(1, math.ceil(MIN_REPLAY_S / (estimate * len(calls))))
+    passes = max(1, math.ceil(MIN_REPLAY_S / (max(estimate, 1e-7) * len(calls))))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(passes):
@@ -60,29 +59,65 @@ def median_call_us(
                 call()
     graph.replay()
     torch.cuda.synchronize()
+    return graph, passes * len(calls), estimate
 
-    calls_per_replay = passes * len(calls)
-    replay_s = max(estimate * calls_per_replay, 1e-6)
-    replays = min(MAX_REPLAYS, max(MIN_REPLAYS, int(budget_s / replay_s)))
-    events = [
-        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-        for _ in range(replays)
-    ]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
+
+def median_call_us_side_by_side(
+    variants: Mapping[str, Calls], budget_s: float = DEFAULT_BUDGET_S
+) -> dict[str, float]:
+    """Median microseconds per call of each variant, replayed in turns."""
+    if not variants or any(not calls for calls in variants.values()):
+        raise ValueError("nothing to time")
+    captured = {name: _capture(calls) for name, calls in variants.items()}
+    round_s = sum(max(est * count, 1e-6) for _, count, est in captured.values())
+    rounds = min(MAX_REPLAYS, max(MIN_REPLAYS, int(budget_s * len(variants) / round_s)))
+    events = {
+        name: [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(rounds)
+        ]
+        for name in variants
+    }
+    for index in range(rounds):
+        for name, (graph, _, _) in captured.items():
+            start, end = events[name][index]
+            start.record()
+            graph.replay()
+            end.record()
     torch.cuda.synchronize()
-    median_s = statistics.median(_elapsed_s(start, end) for start, end in events)
-    del graph
-    return median_s / calls_per_replay * 1e6
+    result = {}
+    for name, (_, count, _) in captured.items():
+        median_s = statistics.median(_elapsed_s(s, e) for s, e in events[name])
+        result[name] = median_s / count * 1e6
+    del captured
+    return result
 
 
-def copy_bandwidth_gbps(nbytes: int = 2 << 30, budget_s: float = 0.5) -> float:
-    """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
+def median_call_us(calls: Calls, budget_s: float = DEFAULT_BUDGET_S) -> float:
+    """Median microseconds per call of `calls` (one per weight set), timed as graph replays."""
+    return median_call_us_side_by_side({"only": calls}, budget_s)["only"]
+
+
+def copy_bandwidth_gbps(nbytes: int = 2 << 30, repeats: int = 20) -> float:
+    """Device-to-device copy bandwidth, counting bytes read plus bytes written.
+
+    The best of a plain `copy_` (eager, timed with events) and an SM copy kernel in a graph:
+    a memcpy node inside a CUDA graph can run slower than the same copy launched eagerly.
+    """
     count = nbytes // 2
-    sources = [torch.empty(count, dtype=torch.bfloat16, device="cuda").normal_() for _ in range(2)]
-    target = torch.empty_like(sources[0])
-    calls = [lambda s=s: target.copy_(s) for s in sources]
-    median_us = median_call_us(calls, budget_s)
-    return 2 * count * 2 / (median_us * 1e-6) / 1e9
+    source = torch.empty(count, dtype=torch.bfloat16, device="cuda").normal_()
+    target = torch.empty_like(source)
+    moved = 2 * count * source.element_size()
+    target.copy_(source)
+    torch.cuda.synchronize()
+    eager = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        target.copy_(source)
+        end.record()
+        end.synchronize()
+        eager.append(_elapsed_s(start, end))
+    kernel_us = median_call_us([lambda: torch.neg(source, out=target)], budget_s=0.3)
+    best_s = min(statistics.median(eager), kernel_us * 1e-6)
+    return moved / best_s / 1e9
