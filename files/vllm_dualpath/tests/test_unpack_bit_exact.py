@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8_cases import Case, all_codes_weight, bits, build
+from fp8_cases import Case, all_codes_weight, bits, build, random_scales
 from vllm_dualpath import layout, unpack
 
 CASES = [
@@ -78,6 +78,8 @@ def test_data_exercises_rounding_so_truncation_would_fail():
     assert (truncated != nearest).float().mean() > 0.2
 
 
+# numpy (under the interpreter) warns about inf x 0 = NaN, which is the point of the test.
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_every_scale_bit_pattern_including_subnormal_inf_and_nan():
     """Stored scales over all 65536 BF16 patterns, against all 256 codes."""
     size_n, size_k = 256, 256
@@ -143,3 +145,17 @@ def test_rejects_sizes_larger_than_the_packed_weight():
     _, packed, stored, _ = build(Case(100, 300, "channel"))
     with pytest.raises(ValueError, match="does not fit"):
         unpack.unpack_weight(packed, stored, 257, 300)
+
+
+def test_zero_and_negative_channel_scales():
+    size_n, size_k = 128, 256
+    generator = torch.Generator().manual_seed(12)
+    weight = all_codes_weight(size_n, size_k, generator)
+    scales = random_scales((size_n,), generator)
+    scales[::7] = 0.0
+    scales[1::3] *= -1
+    packed, stored, _ = layout.prepare_reference(weight.view(torch.float8_e4m3fn), scales)
+    expected = layout.dequantize_reference(packed, stored, size_n, size_k)
+    got = unpack.unpack_weight(packed, stored, size_n, size_k)
+    assert (bits(expected) == -32768).any()  # negative zeros are part of the comparison
+    assert torch.equal(bits(got), bits(expected))

@@ -1,10 +1,16 @@
 """One-pass Triton unpack: Marlin-packed FP8 weight (+ permuted scales) -> BF16 W[n, k] row-major.
 
-Every output element is FP8 value x true scale rounded to BF16 once, to nearest even. The
-product and the rounding are done on integer bits the kernel controls (the FP8 and BF16
-significands multiply to at most 12 bits; exponents add), so the result does not depend on how a
-backend rounds float -> bf16 casts or treats subnormals: the GPU and Triton's CPU interpreter give
-the same bits. See ``layout`` for the index math this inverts.
+Every output element is FP8 value x true scale rounded to BF16 once, to nearest even. No step
+depends on how a backend rounds float -> bf16 casts or treats subnormals, so the GPU and Triton's
+CPU interpreter (whose casts truncate) give the same bits:
+
+* the FP8 value is built as an exact, normal fp32 from its bits;
+* with an ordinary true scale (>= 2**-117, finite, or zero), value x scale is exact and normal
+  in fp32 (4 x 8 significant bits), and it is rounded to BF16 with integer arithmetic on its bits;
+* a program whose scales include any other (tiny, infinite or NaN) computes everything on
+  integers instead (``_scaled_bits_on_integers``), subnormal results included.
+
+See ``layout`` for the index math this inverts.
 """
 
 from __future__ import annotations
@@ -18,6 +24,42 @@ from vllm_dualpath import layout
 # Tile of the output each program writes; the GPU benchmark may pick others.
 DEFAULT_BLOCK_N = 64
 DEFAULT_BLOCK_K = 128
+
+
+@triton.jit  # type: ignore[untyped-decorator]
+def _scaled_bits_on_integers(code, scale_bits):  # type: ignore[no-untyped-def]
+    """BF16 bits of e4m3 code x (BF16 scale bits / 2**120), rounded to nearest even, for any
+    input: subnormal results, tiny, infinite and NaN scales included. All integer arithmetic."""
+    code_exp = (code >> 3) & 15
+    significand = tl.where(code_exp == 0, code & 7, (code & 7) | 8)
+    scale_exp = (scale_bits >> 7) & 255
+    scale_mantissa = scale_bits & 127
+    scale_significand = tl.where(scale_exp == 0, scale_mantissa, scale_mantissa | 128)
+    # value = significand * 2**(max(e, 1) - 10); stored scale = significand * 2**(e - 134).
+    exponent = tl.maximum(code_exp, 1) - 10 + tl.maximum(scale_exp, 1) - 254
+    product = significand * scale_significand
+    sign = (code >> 7) ^ ((scale_bits >> 15) & 1)
+
+    # Normalise the (at most 12-bit) integer product through an exact int -> fp32 conversion.
+    product_bits = product.to(tl.float32).to(tl.int32, bitcast=True)
+    biased = (product_bits >> 23) - 127 + exponent + 127
+    full_significand = (product_bits & 0x7FFFFF) | 0x800000
+    # Keep 8 significant bits (fewer on the BF16 subnormal grid), round to nearest even.
+    drop = tl.minimum(16 + tl.maximum(1 - biased, 0), 30)
+    kept = full_significand >> drop
+    rest = full_significand & ((1 << drop) - 1)
+    half = 1 << (drop - 1)
+    round_up = (rest > half) | ((rest == half) & ((kept & 1) == 1))
+    magnitude = (tl.maximum(biased - 1, 0) << 7) + kept + round_up.to(tl.int32)
+    magnitude = tl.minimum(magnitude, 0x7F80)
+    magnitude = tl.where(product == 0, 0, magnitude)
+    bits = (sign << 15) | magnitude
+
+    # Infinite or NaN scales (an exponent field of 255) follow IEEE: inf x 0 is NaN.
+    special = scale_exp == 255
+    is_nan = special & ((scale_mantissa != 0) | (significand == 0))
+    bits = tl.where(special, (sign << 15) | 0x7F80, bits)
+    return tl.where(is_nan, 0x7FC0, bits)
 
 
 @triton.jit  # type: ignore[untyped-decorator]
@@ -56,11 +98,15 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
     word = tl.load(packed_ptr + kt * words_per_row + column, mask=word_mask, other=0)
     code = (word >> (8 * (h + 2 * lo))) & 0xFF
 
-    # e4m3 as Marlin decodes it: value = significand * 2**(exponent - 10); NaN codes give 480.
     code_exp = (code >> 3) & 15
-    significand = tl.where(code_exp == 0, code & 7, (code & 7) | 8)
-    exponent = tl.maximum(code_exp, 1) - 10
     sign = code >> 7
+    # |e4m3 value| in fp32, exact and never subnormal, decoded as Marlin does (NaN codes: 480).
+    normal_bits = ((code & 0x7F) << 20) + (120 << 23)
+    value = tl.where(
+        code_exp == 0,
+        (code & 7).to(tl.float32) * 0.001953125,  # subnormal: mantissa * 2**-9
+        normal_bits.to(tl.float32, bitcast=True),
+    )
 
     if HAS_SCALES:
         if GROUPED:
@@ -76,36 +122,21 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
         scale_bits = tl.load(scales_ptr + scale_index, mask=scale_mask, other=0).to(tl.int32)
         scale_bits = scale_bits & 0xFFFF
         scale_exp = (scale_bits >> 7) & 255
-        scale_mantissa = scale_bits & 127
-        scale_significand = tl.where(scale_exp == 0, scale_mantissa, scale_mantissa | 128)
-        # Stored scale = significand * 2**(e - 134) = true scale * 2**120.
-        exponent = exponent + tl.maximum(scale_exp, 1) - 254
-        product = significand * scale_significand
-        sign = sign ^ ((scale_bits >> 15) & 1)
+        # Ordinary scales: true scale (stored * 2**-120) >= 2**-117, finite, or zero. Then the
+        # scale is a normal float, and value x scale (4 x 8 significant bits, >= 2**-9 * 2**-117
+        # when not zero) is exact and normal in fp32; it is rounded to BF16 on its bits, so no
+        # float -> bf16 cast is involved. Programs holding any other scale take the integer path.
+        rare = ((scale_exp < 130) & ((scale_bits & 0x7FFF) != 0)) | (scale_exp == 255)
+        if tl.max((rare & scale_mask).to(tl.int32)) > 0:
+            bits = _scaled_bits_on_integers(code, scale_bits)
+        else:
+            # 7.52316384526264e-37 is 2**-120 exactly.
+            true_scale = (scale_bits << 16).to(tl.float32, bitcast=True) * 7.52316384526264e-37
+            product_bits = (value * true_scale).to(tl.int32, bitcast=True)
+            bits = ((product_bits + 0x7FFF + ((product_bits >> 16) & 1)) >> 16) ^ (sign << 15)
     else:
-        product = significand
-
-    # Normalise the (at most 12-bit) integer product through an exact int -> fp32 conversion.
-    product_bits = product.to(tl.float32).to(tl.int32, bitcast=True)
-    biased = (product_bits >> 23) - 127 + exponent + 127
-    full_significand = (product_bits & 0x7FFFFF) | 0x800000
-    # Keep 8 significant bits (fewer on the BF16 subnormal grid), round to nearest even.
-    drop = tl.minimum(16 + tl.maximum(1 - biased, 0), 30)
-    kept = full_significand >> drop
-    rest = full_significand & ((1 << drop) - 1)
-    half = 1 << (drop - 1)
-    round_up = (rest > half) | ((rest == half) & ((kept & 1) == 1))
-    magnitude = (tl.maximum(biased - 1, 0) << 7) + kept + round_up.to(tl.int32)
-    magnitude = tl.minimum(magnitude, 0x7F80)
-    magnitude = tl.where(product == 0, 0, magnitude)
-    bits = (sign << 15) | magnitude
-
-    if HAS_SCALES:
-        # Infinite or NaN scales (an exponent field of 255) follow IEEE: inf x 0 is NaN.
-        special = scale_exp == 255
-        is_nan = special & ((scale_mantissa != 0) | (significand == 0))
-        bits = tl.where(special, (sign << 15) | 0x7F80, bits)
-        bits = tl.where(is_nan, 0x7FC0, bits)
+        # FP8 values are exact in BF16: the top half of the fp32 bits.
+        bits = (value.to(tl.int32, bitcast=True) >> 16) | (sign << 15)
 
     out_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[:, None]
     out_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)[None, :]
