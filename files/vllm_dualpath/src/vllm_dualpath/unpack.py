@@ -26,7 +26,7 @@ DEFAULT_BLOCK_N = 64
 DEFAULT_BLOCK_K = 128
 
 
-@triton.jit  # type: ignore[untyped-decorator]
+@triton.jit
 def _scaled_bits_on_integers(code, scale_bits):  # type: ignore[no-untyped-def]
     """BF16 bits of e4m3 code x (BF16 scale bits / 2**120), rounded to nearest even, for any
     input: subnormal results, tiny, infinite and NaN scales included. All integer arithmetic."""
