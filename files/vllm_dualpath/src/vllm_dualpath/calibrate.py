@@ -6,8 +6,9 @@
 For every shape it times Marlin and the unpack path side by side (CUDA-graph replays, rotating
 weight sets, medians) over a grid of M between the dispatcher's two thresholds, and records the
 smallest grid M from which the unpack path is faster at that M and every larger one. The table
-is written in the format vllm_dualpath.calibration reads; shapes where Marlin wins everywhere
-are left out (they stay on Marlin up to the large threshold).
+is written in the format vllm_dualpath.calibration reads. A shape where Marlin wins over the whole
+grid is listed with the large threshold, so it stays on Marlin until the dispatcher switches
+anyway; shapes not measured have no default and stay on Marlin too.
 """
 
 from __future__ import annotations
@@ -121,17 +122,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             n, k, m_grid, block, current.channel_scale, args.budget_s, generator
         )
         log(f"    unpack from M={found}" if found else "    Marlin wins over the whole grid")
-        if found is not None:
-            thresholds[(n, k)] = found
-    # Unlisted shapes: the most conservative measured threshold, or Marlin when none was found.
-    default = max(thresholds.values()) if thresholds else None
+        thresholds[(n, k)] = found if found is not None else current.large_m_min
     table = calibration.CalibrationTable(
-        unpack_from_m=thresholds, default_unpack_from_m=default, gpu=gpu
+        unpack_from_m=thresholds, default_unpack_from_m=None, gpu=gpu
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(calibration.dump(table) + "\n", encoding="utf-8")
     log(
-        f"wrote {args.out} ({len(thresholds)} shapes, default {default}); "
+        f"wrote {args.out} ({len(thresholds)} shapes); "
         f"thresholds {settings.SMALL_M_MAX}={current.small_m_max} "
         f"{settings.LARGE_M_MIN}={current.large_m_min} still apply"
     )

@@ -1,0 +1,57 @@
+"""The calibration's crossover rule and the benchmark report's target checks (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_dualpath.bench_report import checks
+from vllm_dualpath.calibrate import crossover
+
+
+def test_crossover_is_the_first_m_from_which_unpack_always_wins() -> None:
+    grid = [32, 64, 128, 256, 512]
+    marlin = [10.0, 20.0, 40.0, 80.0, 160.0]
+    unpack = [50.0, 15.0, 45.0, 60.0, 70.0]  # wins at 64, loses at 128, wins from 256 on
+    assert crossover(marlin, unpack, grid) == 256
+
+
+def test_crossover_is_none_when_marlin_wins_at_the_top_of_the_grid() -> None:
+    assert crossover([1.0, 1.0], [0.5, 2.0], [100, 200]) is None
+
+
+def test_crossover_is_the_whole_grid_when_unpack_always_wins() -> None:
+    assert crossover([2.0, 2.0], [1.0, 1.0], [100, 200]) == 100
+
+
+def _result(dual_small: float, dual_large: float, unpack_gbps: float) -> dict:
+    rows = []
+    for m, dual in ((1, dual_small), (4096, dual_large)):
+        times = {"bf16": 100.0, "marlin": 80.0 if m == 1 else 250.0, "unpack_cublas": 104.0}
+        times["dualpath"] = dual
+        rows += [{"n": 64, "k": 128, "m": m, "path": p, "median_us": t} for p, t in times.items()]
+    return {
+        "gpu": "test",
+        "copy_gbps": 4000.0,
+        "unpack_gbps": {"64x128": unpack_gbps},
+        "rows": rows,
+    }
+
+
+def test_targets_met() -> None:
+    found = checks(_result(dual_small=81.0, dual_large=104.0, unpack_gbps=3700.0))
+    assert len(found) == 4
+    assert all(c.met for c in found), found
+
+
+@pytest.mark.parametrize(
+    ("dual_small", "dual_large", "unpack_gbps", "missed"),
+    [
+        (82.0, 104.0, 3700.0, "Marlin at M <= 20"),  # 1.025x Marlin
+        (81.0, 106.0, 3700.0, "BF16 at M >= 4096"),  # 1.06x BF16 and 1.019x the best
+        (81.0, 104.0, 3500.0, "device copy"),  # 87.5 % of copy
+        (81.0, 108.0, 3700.0, "min(Marlin"),  # 1.038x the best path
+    ],
+)
+def test_each_target_can_be_missed(dual_small, dual_large, unpack_gbps, missed) -> None:
+    result = checks(_result(dual_small, dual_large, unpack_gbps))
+    assert [c.target for c in result if not c.met and missed in c.target], result
