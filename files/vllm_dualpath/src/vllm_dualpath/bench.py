@@ -36,7 +36,7 @@ from vllm_dualpath.marlin_reference import load_marlin_library
 M_VALUES = (1, 2, 4, 8, 16, 20, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 # Rotate weight sets until they span this many bytes of FP8, several times the H200's 60 MB L2.
 ROTATION_BYTES = 256 << 20
-MAX_WEIGHT_SETS = 16
+MAX_WEIGHT_SETS = 64
 
 
 @dataclass(frozen=True)

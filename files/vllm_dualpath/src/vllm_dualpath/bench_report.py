@@ -152,6 +152,7 @@ def plot(result: dict[str, Any], png: Path, names: dict[str, str] | None = None)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     table = timings(result)
     columns = 4
@@ -178,6 +179,7 @@ def plot(result: dict[str, Any], png: Path, names: dict[str, str] | None = None)
         axis.axhline(1.0, color="black", linewidth=0.8)
         axis.set_xscale("log", base=2)
         axis.set_yscale("log", base=2)
+        axis.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.3g"))
         axis.set_title(f"{(names or {}).get(f'{n}x{k}', '')} N={n} K={k}", fontsize=9)
         axis.set_xlabel("M (tokens)", fontsize=8)
         axis.set_ylabel("time / BF16 cuBLAS", fontsize=8)
