@@ -2,7 +2,8 @@
 
 It does Marlin's arithmetic in plain PyTorch from the reference layout: channel-wise scales
 multiply the accumulator, group-wise scales are applied to the weight (rounded to BF16), the
-sum is rounded once, and the bias is added to the BF16 result. Tests only; production always calls vLLM's real function.
+sum is rounded once, and the bias is added to the BF16 result. Tests only; production always
+calls vLLM's real function.
 """
 
 from __future__ import annotations

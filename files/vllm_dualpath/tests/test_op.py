@@ -9,6 +9,8 @@ from fp8_cases import Case, build
 from marlin_standin import MarlinStandIn, reference_linear
 from vllm_dualpath import calibration, op, scratch, settings
 
+pytestmark = pytest.mark.interpreter
+
 
 @pytest.fixture
 def marlin():

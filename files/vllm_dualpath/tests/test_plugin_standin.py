@@ -17,6 +17,8 @@ from vllm_dualpath import op, plugin, scratch, settings
 from vllm_dualpath.plugin import KERNEL_MODULE, SOURCE_MODULE
 from vllm_sources import VERSIONS, sources
 
+pytestmark = pytest.mark.interpreter
+
 
 def _forget_vllm() -> None:
     for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:

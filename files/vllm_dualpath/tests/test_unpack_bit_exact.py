@@ -8,6 +8,8 @@ import torch
 from fp8_cases import Case, all_codes_weight, bits, build, random_scales
 from vllm_dualpath import layout, unpack
 
+pytestmark = pytest.mark.interpreter
+
 CASES = [
     # Channel-wise scales (per-tensor and per-shard arrive expanded to channel-wise).
     Case(64, 128, "channel"),
