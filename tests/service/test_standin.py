@@ -150,3 +150,15 @@ def test_topology_errors(argv: list[str], problem: str) -> None:
 def test_unknown_serve_option_is_rejected() -> None:
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["serve", "/m", "--max-model-length", "10"])
+
+
+def test_sigterm_while_waiting_for_the_peer_exits_at_once(tmp_path: Path) -> None:
+    pair = Pair(tmp_path, None, {})
+    try:
+        rank0 = pair.start(0)
+        threading.Event().wait(1.0)  # loaded, now waiting for rank 1 (rendezvous timeout 20 s)
+        assert rank0.proc.poll() is None
+        rank0.proc.send_signal(signal.SIGTERM)
+        assert rank0.proc.wait(timeout=3) == 0
+    finally:
+        pair.stop()

@@ -28,6 +28,9 @@ class Stop:
         self.event = threading.Event()
         self.code = 0
         self.reason = ""
+        self.running = (
+            False  # set once the node has joined its group; before, a signal just ends it
+        )
 
     def set(self, code: int, reason: str) -> None:
         if not self.event.is_set():
@@ -85,8 +88,16 @@ def mismatch(mine: dict[str, Any], theirs: dict[str, Any]) -> str:
 
 
 def on_signals(stop: Stop) -> None:
+    def handle(signum: int, _frame: object) -> None:
+        if not stop.running:
+            # Still loading or waiting for the peer: nothing to drain, stop now (as vLLM does).
+            logger.info("%s while starting; exiting", signal.Signals(signum).name)
+            logging.shutdown()
+            os._exit(0)
+        stop.set(0, signal.Signals(signum).name)
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda num, _frame: stop.set(0, signal.Signals(num).name))
+        signal.signal(signum, handle)
 
 
 def run(args: argparse.Namespace, behaviour: Behaviour, api_key: str | None) -> int:
@@ -147,6 +158,7 @@ def run_rank0(
         plugin_reports={"0": reports, "1": theirs.get("plugins", [])},
     )
     server = api.make_server(args.host, args.port, state)
+    stop.running = True
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     logger.info("Starting vLLM API server on http://%s:%d", args.host, args.port)
     logger.info("Application startup complete.")
@@ -175,6 +187,7 @@ def run_rank1(
     if answer.get("type") != "welcome":
         raise link.RendezvousError(f"rank 0 refused this node: {answer.get('reason', 'no answer')}")
     logger.info("joined the tensor-parallel group as rank %d (headless)", args.node_rank)
+    stop.running = True
 
     def read() -> None:
         while True:
