@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import json
 import logging
+import os
+import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -215,3 +219,51 @@ def test_malformed_calibration_table_stops_startup_naming_the_file(standin, monk
     with pytest.raises(ValueError, match="broken-table"):
         plugin.register()
     assert plugin.registered_route() is None
+
+
+COMPILE_SCRIPT = """
+import importlib, json
+import torch
+import vllm_standin_tree
+from fp8_cases import Case, build
+from vllm_dualpath import plugin
+
+vllm_standin_tree.define_marlin_gemm_standin()
+plugin.register()
+kernel = importlib.import_module(plugin.KERNEL_MODULE).MarlinFP8ScaledMMLinearKernel(False)
+_, packed, stored, bias = build(Case(64, 128, "channel"))
+layer = type("Layer", (), dict(weight=packed, weight_scale=stored,
+                               output_size_per_partition=64, input_size_per_partition=128))()
+
+def forward(x):
+    return kernel.apply_weights(layer, x, bias)
+
+compiled = torch.compile(forward, backend="aot_eager", fullgraph=True, dynamic=True)
+shapes = [list(compiled(torch.randn(m, 128).to(torch.bfloat16)).shape) for m in (5, 1500, 6)]
+print(json.dumps({"shapes": shapes, "marlin_calls": vllm_standin_tree.marlin_gemm_calls}))
+"""
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_routed_apply_weights_compiles_as_one_graph_and_still_dispatches(standin, version):
+    """vLLM compiles the model with fullgraph: the wrapper must trace without graph breaks.
+
+    Runs in a fresh interpreter: dynamo keeps references to the modules it traced, which these
+    tests replace between cases.
+    """
+    root = standin(version)
+    tests = Path(__file__).resolve().parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUALPATH_")}
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (root, tests, tests.parent / "src")))
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILE_SCRIPT],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found == {"shapes": [[5, 64], [1500, 64], [6, 64]], "marlin_calls": [5, 6]}
