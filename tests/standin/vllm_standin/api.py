@@ -65,6 +65,7 @@ class ApiState:
 def make_handler(state: ApiState) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = 5  # an idle keep-alive connection must not hold up the shutdown
 
         def log_message(self, format: str, *args: Any) -> None:
             logger.info("%s - %s", self.address_string(), format % args)
@@ -164,5 +165,24 @@ def complete(state: ApiState, request: dict[str, Any]) -> tuple[int, dict[str, A
 
 def make_server(host: str, port: int, state: ApiState) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer((host, port), make_handler(state))
-    server.daemon_threads = True
+    # server_close() then waits for every handler: an accepted connection is always answered.
+    server.daemon_threads = False
     return server
+
+
+def stop_listening(server: ThreadingHTTPServer) -> None:
+    """Answer the connections still queued on the listening socket, then close it.
+
+    Closing a listening socket resets the connections queued on it, whose clients have already
+    sent their requests. Taking them first (while draining they get a 503) leaves that window at
+    microseconds instead of the serve loop's poll interval.
+    """
+    server.socket.setblocking(False)
+    while True:
+        try:
+            connection, address = server.socket.accept()
+        except OSError:
+            break
+        connection.setblocking(True)
+        server.process_request(connection, address)
+    server.socket.close()

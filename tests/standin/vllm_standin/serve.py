@@ -166,8 +166,9 @@ def run_rank0(
     logger.info("Shutting down on %s: no new requests; draining", stop.reason)
     state.draining = True
     server.shutdown()
-    server.socket.close()
+    api.stop_listening(server)
     unfinished = state.drain(DRAIN_LIMIT_S)
+    server.server_close()
     logger.info("Drained (%d requests unfinished); closing the group", unfinished)
     peer.closing = True
     with contextlib.suppress(OSError):
