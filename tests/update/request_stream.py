@@ -50,6 +50,7 @@ class StreamLimits:
     max_seconds: float
     request_timeout_s: float
     pause_s: float = 0.0
+    refused_pause_s: float = 0.0  # back off while the service is down, as a client would
     concurrency: int = 1
     stop_file: Path | None = None
 
@@ -195,9 +196,10 @@ class RequestStream:
 
     def _worker(self) -> None:
         while self._take_ticket():
-            self._record(send_one(self._call, self._limits.request_timeout_s))
-            if self._limits.pause_s:
-                time.sleep(self._limits.pause_s)
+            outcome = send_one(self._call, self._limits.request_timeout_s)
+            self._record(outcome)
+            pause = self._limits.refused_pause_s if outcome.kind == REFUSED else 0.0
+            time.sleep(max(pause, self._limits.pause_s))
 
     def run(self) -> StreamReport:
         started = time.monotonic()
@@ -229,6 +231,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=float, default=120.0)
     parser.add_argument("--request-timeout", type=float, default=30.0)
     parser.add_argument("--pause", type=float, default=0.05, help="seconds between requests")
+    parser.add_argument(
+        "--refused-pause", type=float, default=0.25, help="seconds to wait after a refusal"
+    )
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--stop-file", type=Path, help="stop as soon as this file exists")
     parser.add_argument("--report", type=Path, help="also write the JSON report here")
@@ -257,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_seconds=args.max_seconds,
         request_timeout_s=args.request_timeout,
         pause_s=args.pause,
+        refused_pause_s=args.refused_pause,
         concurrency=args.concurrency,
         stop_file=args.stop_file,
     )

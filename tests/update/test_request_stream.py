@@ -153,6 +153,16 @@ def test_stream_stops_at_the_request_limit(service: ServiceDouble) -> None:
     assert (report.sent, report.answered, report.refused, report.failed) == (7, 7, 0, 0)
 
 
+def test_stream_backs_off_while_refused() -> None:
+    call = call_for(f"http://127.0.0.1:{free_port()}")
+    limits = StreamLimits(
+        max_requests=100_000, max_seconds=0.5, request_timeout_s=5, refused_pause_s=0.1
+    )
+    report = RequestStream(call, limits).run()
+    assert report.sent == report.refused
+    assert 3 <= report.sent <= 6, report
+
+
 def test_stream_stops_at_the_time_limit(service: ServiceDouble) -> None:
     service.delay_s = 0.05
     limits = StreamLimits(max_requests=100_000, max_seconds=0.5, request_timeout_s=5)
