@@ -87,6 +87,20 @@ def test_between_thresholds_the_table_decides(marlin):
     assert marlin.calls == [199, 1023]
 
 
+def test_a_measured_shape_decides_above_the_large_threshold_too(marlin):
+    case = Case(100, 300, "channel")
+    shape = {"n": 100, "k": 300, "unpack_from_m": 2048}
+    table = calibration.parse({"format": 1, "shapes": [shape]})
+    op.configure(settings.load({}), table)
+    _call(case, 1500)
+    assert marlin.calls == [1500]
+    out, expected = _call(case, 2048)
+    assert marlin.calls == [1500]
+    _close(out, expected)
+    _call(Case(64, 128, "channel"), 1500)  # not measured: the fixed threshold applies
+    assert marlin.calls == [1500]
+
+
 def test_thresholds_come_from_settings(marlin):
     op.configure(settings.load({"DUALPATH_SMALL_M_MAX": "4", "DUALPATH_LARGE_M_MIN": "8"}), None)
     _call(Case(64, 128, "channel"), 8)

@@ -29,8 +29,9 @@ from vllm_dualpath.bench_paths import (
 )
 from vllm_dualpath.marlin_reference import load_marlin_library
 
-# Between the default thresholds, denser where crossovers were seen (M = 64..512 on an H200).
-M_GRID = (24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024)
+# Above the small-M threshold, denser where crossovers were seen (M = 64..2048 on an H200). A
+# measured shape decides every M above the small threshold, so the grid runs past the large one.
+M_GRID = (24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 
 def log(message: str) -> None:
@@ -107,9 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("Marlin ops not found: pass --marlin-lib or run where vLLM is installed")
 
     current = configure_overlay(None, args.channel_scale)
-    m_grid = [m for m in M_GRID if current.small_m_max < m < current.large_m_min] or [
-        current.large_m_min
-    ]
+    m_grid = [m for m in M_GRID if m > current.small_m_max] or [current.large_m_min]
     block = (128, 128) if args.scales == "block" else None
     generator = torch.Generator(device="cuda")
     generator.manual_seed(0)
@@ -131,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(
         f"wrote {args.out} ({len(thresholds)} shapes); "
         f"thresholds {settings.SMALL_M_MAX}={current.small_m_max} "
-        f"{settings.LARGE_M_MIN}={current.large_m_min} still apply"
+        f"{settings.LARGE_M_MIN}={current.large_m_min} apply to shapes not listed"
     )
     return 0
 

@@ -41,6 +41,10 @@ class CalibrationTable:
     default_unpack_from_m: int | None = None
     gpu: str = ""
 
+    def measured(self, n: int, k: int) -> bool:
+        """Whether this shape was measured (and so decides every M above the small threshold)."""
+        return (n, k) in self.unpack_from_m
+
     def lookup(self, n: int, k: int, m: int) -> Path_:
         """Faster path for an (n, k) layer at M tokens, as measured; Marlin when unknown."""
         threshold = self.unpack_from_m.get((n, k), self.default_unpack_from_m)

@@ -62,6 +62,10 @@ def choose_path(m: int, size_n: int, size_k: int) -> str:
     current, table = _current()
     if m <= current.small_m_max:
         return MARLIN
+    # A shape measured on this GPU knows its own crossover, which may lie above the fixed
+    # large-M threshold (on an H200, Marlin still beats an unpack at M = 1024 for some shapes).
+    if table is not None and table.measured(size_n, size_k):
+        return table.lookup(size_n, size_k, m)
     if m >= current.large_m_min:
         return UNPACK
     return MARLIN if table is None else table.lookup(size_n, size_k, m)
