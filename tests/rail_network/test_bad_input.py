@@ -207,33 +207,55 @@ def changed_counts(output: str) -> dict[str, int]:
     }
 
 
-@pytest.mark.parametrize(
-    ("mistake", "args", "fragments"), CASES, ids=lambda v: getattr(v, "__name__", None)
-)
-def test_bad_input_fails_before_any_change(lab_pair, tmp_path: Path, mistake, args, fragments):
-    inventory = good_inventory()
-    mistake(inventory)
-    (tmp_path / "hosts.yml").write_text(json.dumps(inventory), encoding="utf-8")
-    before = {host: host_state(host) for host in HOSTS}
-
+def run_network_playbook(inventory_dir: Path, inventory: Inventory, *args: str) -> str:
+    (inventory_dir / "hosts.yml").write_text(json.dumps(inventory), encoding="utf-8")
     result = run_tool(
         "env",
         "ANSIBLE_CALLBACK_RESULT_FORMAT=json",
         "ANSIBLE_NOCOLOR=1",
         "ansible-playbook",
         "-i",
-        str(tmp_path / "hosts.yml"),
+        str(inventory_dir / "hosts.yml"),
         *args,
         "playbooks/network.yml",
         timeout=300,
     )
-    output = result.stdout + result.stderr
-    flat = " ".join(output.split())
-
     assert result.returncode != 0, f"the playbook accepted the mistake:\n{output_of(result)}"
+    return result.stdout + result.stderr
+
+
+def assert_refused(output: str, fragments: tuple[str, ...]) -> None:
+    flat = " ".join(output.split())
+    tail = "\n".join(output.splitlines()[-200:])
     for fragment in fragments:
-        assert fragment in flat, f"message lacks {fragment!r}:\n{output_of(result)}"
+        assert fragment in flat, f"message lacks {fragment!r}:\n{tail}"
     counts = changed_counts(output)
-    assert counts, f"no PLAY RECAP:\n{output_of(result)}"
+    assert counts, f"no PLAY RECAP:\n{tail}"
     assert set(counts.values()) == {0}, f"changes reported: {counts}"
+
+
+@pytest.mark.parametrize(
+    ("mistake", "args", "fragments"), CASES, ids=lambda v: getattr(v, "__name__", None)
+)
+def test_bad_input_fails_before_any_change(lab_pair, tmp_path: Path, mistake, args, fragments):
+    inventory = good_inventory()
+    mistake(inventory)
+    before = {host: host_state(host) for host in HOSTS}
+    assert_refused(run_network_playbook(tmp_path, inventory, *args), fragments)
     assert {host: host_state(host) for host in HOSTS} == before
+
+
+def test_other_netplan_file_with_a_rail_link_fails_before_any_change(lab_pair, tmp_path: Path):
+    """An image's own netplan file that already configures a twin (netplan would merge both)."""
+    container = f"{PREFIX}-spark-b"
+    other = "/etc/netplan/01-cx7-dhcp.yaml"
+    content = f"network:\n  version: 2\n  ethernets:\n    {TWIN_2}:\n      dhcp4: true\n"
+    write = ["docker", "exec", "-i", container, "sh", "-c", f"cat > {other}; chmod 600 {other}"]
+    subprocess.run(write, input=content, text=True, check=True)
+    try:
+        before = {host: host_state(host) for host in HOSTS}
+        output = run_network_playbook(tmp_path, good_inventory())
+        assert_refused(output, (other, "also define a rail interface", "/etc/netplan/60-dualspark"))
+        assert {host: host_state(host) for host in HOSTS} == before
+    finally:
+        subprocess.run(["docker", "exec", container, "rm", "-f", other], check=True)
