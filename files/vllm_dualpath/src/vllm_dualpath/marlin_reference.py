@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from vllm_dualpath.layout import CHANNEL_PERM, GROUP_PERM, marlin_padded_nk
+
 MARLIN_LIBRARY_ENV = "VLLM_DUALPATH_MARLIN_LIB"
 
 # vllm.scalar_type.scalar_types.float8_e4m3fn.id: exponent 4, mantissa 3, signed, bias 0,
@@ -48,30 +50,10 @@ def load_marlin_library(path: str | os.PathLike[str] | None = None) -> bool:
     return marlin_ops_available()
 
 
-def _round_up(value: int, multiple: int) -> int:
-    return (value + multiple - 1) // multiple * multiple
-
-
-def marlin_padded_nk(size_n: int, size_k: int, group_size: int = -1) -> tuple[int, int]:
-    """vLLM's choice of tile padding: (n%64, k%128) or (n%128, k%64), the cheaper one."""
-    group = group_size if group_size > 0 else 1
-    candidates = (
-        (_round_up(size_n, 64), _round_up(size_k, math.lcm(128, group))),
-        (_round_up(size_n, 128), _round_up(size_k, math.lcm(64, group))),
-    )
-    return min(candidates, key=lambda nk: (nk[0] * nk[1], nk[0] + nk[1]))
-
-
-def _scale_perms() -> tuple[list[int], list[int]]:
-    group_perm = [i + 8 * j for i in range(8) for j in range(8)]
-    channel_perm = [2 * i + j for i in range(4) for j in (0, 1, 8, 9, 16, 17, 24, 25)]
-    return group_perm, channel_perm
-
-
 def marlin_permute_scales(
     scales: torch.Tensor, size_k: int, size_n: int, group_size: int
 ) -> torch.Tensor:
-    group_perm, channel_perm = _scale_perms()
+    group_perm, channel_perm = GROUP_PERM, CHANNEL_PERM
     if group_size != -1 and group_size < size_k:
         scales = scales.reshape(-1, len(group_perm))[:, group_perm]
     else:
@@ -80,7 +62,7 @@ def marlin_permute_scales(
 
 
 def marlin_permute_bias(bias: torch.Tensor) -> torch.Tensor:
-    _, channel_perm = _scale_perms()
+    channel_perm = CHANNEL_PERM
     return bias.reshape(-1, len(channel_perm))[:, channel_perm].reshape(bias.shape).contiguous()
 
 
