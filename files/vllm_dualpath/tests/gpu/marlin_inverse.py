@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from vllm_dualpath.marlin_reference import BF16_EXPONENT_BIAS, _scale_perms
+from vllm_dualpath.layout import CHANNEL_PERM, GROUP_PERM
+from vllm_dualpath.marlin_reference import BF16_EXPONENT_BIAS
 
 
 def marlin_bytes_to_weight(packed: torch.Tensor) -> torch.Tensor:
@@ -26,7 +27,7 @@ def marlin_bytes_to_weight(packed: torch.Tensor) -> torch.Tensor:
 
 def marlin_scales_to_true(scales: torch.Tensor, size_k: int, group_size: int) -> torch.Tensor:
     """Permuted Marlin scales (x 2^120) -> true BF16 scales in [rows, N_pad] order."""
-    group_perm, channel_perm = _scale_perms()
+    group_perm, channel_perm = list(GROUP_PERM), list(CHANNEL_PERM)
     perm = group_perm if group_size != -1 and group_size < size_k else channel_perm
     inverse = torch.argsort(torch.tensor(perm))
     rows, size_n = scales.shape
