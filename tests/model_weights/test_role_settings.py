@@ -13,6 +13,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
+from tests.ansible_trust import trusted
 from tests.conftest import REPO
 
 ROLE = REPO / "roles/model_weights"
@@ -21,16 +22,6 @@ PROBE_OUTPUT = "4: enp1s0f1np1    inet 192.168.100.11/24 brd 192.168.100.255 sco
 
 def load(path: Path) -> Any:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
-
-
-def trusted(value: Any) -> Any:
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {key: trusted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [trusted(item) for item in value]
-    return value
 
 
 def task_named(file: str, start: str) -> dict[str, Any]:

@@ -10,20 +10,10 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
+from tests.ansible_trust import trusted
 from tests.conftest import REPO
 
 ROLE = REPO / "roles/vllm_tp2_service"
-
-
-def trusted(value: Any) -> Any:
-    """Mark every string as a template, as Ansible does for inventory and role files."""
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {key: trusted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [trusted(item) for item in value]
-    return value
 
 
 def configure_task() -> dict[str, Any]:
