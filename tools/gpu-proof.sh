@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The dual path's GPU proof on a CUDA machine without vLLM or network: build vLLM's Marlin FP8
-# kernels from the sdist, run the GPU tests against them, calibrate on this GPU, then benchmark
-# the dual path with that calibration.
+# kernels from the sdist, run the GPU tests against them, calibrate on this GPU, benchmark the
+# dual path with that calibration per layer, then a stack of layers in forward order.
 #
 #   tools/gpu-proof.sh .cache/sdist/vllm-0.33.0.tar.gz OUTDIR [extra benchmark arguments]
 #
 # Writes OUTDIR/{env.txt,build.log,tests.log,calibrate.log,calibration.json,bench.log,
-# dualpath.json}. Every stage has a time limit, so one stuck stage cannot eat the others' time.
+# dualpath.json,model.log,model.json}. Every stage has a time limit, so one stuck stage cannot eat the others' time.
 set -uo pipefail
 sdist=$1
 out=$2
@@ -41,4 +41,6 @@ timeout 300 python3 -m vllm_dualpath.calibrate --out "$out/calibration.json" 2>&
   | tee "$out/calibrate.log" || exit 1
 timeout 500 python3 -m vllm_dualpath.bench --calibration "$out/calibration.json" \
   --out "$out/dualpath.json" "$@" 2>&1 | tee "$out/bench.log" || exit 1
+timeout 300 python3 -m vllm_dualpath.bench_model --out "$out/model.json" 2>&1 \
+  | tee "$out/model.log" || exit 1
 exit "$tests_status"

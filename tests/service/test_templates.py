@@ -108,6 +108,7 @@ def test_env_carries_rail_overlay_and_runtime_settings() -> None:
     assert env["NCCL_IB_GID_INDEX"] == "3"
     assert env["VLLM_HOST_IP"] == "192.168.100.10"
     assert env["VLLM_TEST_FORCE_FP8_MARLIN"] == "1"
+    assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,NET")
     assert env["VLLM_PLUGINS"] == "dualpath"
     assert env["HF_HUB_OFFLINE"] == "1"
 

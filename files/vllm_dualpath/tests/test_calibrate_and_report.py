@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from vllm_dualpath import model_report
 from vllm_dualpath.bench_report import checks
 from vllm_dualpath.calibrate import crossover
 
@@ -55,3 +56,28 @@ def test_targets_met() -> None:
 def test_each_target_can_be_missed(dual_small, dual_large, unpack_gbps, missed) -> None:
     result = checks(_result(dual_small, dual_large, unpack_gbps))
     assert [c.target for c in result if not c.met and missed in c.target], result
+
+
+def _model_result(ahead_1024: float, ahead_4096: float) -> dict:
+    rows = []
+    for m, ahead in ((1024, ahead_1024), (4096, ahead_4096)):
+        times = {"bf16": 100.0, "marlin": 250.0, "unpack_cublas": 120.0, "unpack_ahead": ahead}
+        rows += [{"m": m, "path": p, "median_us": t, "host_us": 50.0} for p, t in times.items()]
+    return {
+        "gpu": "test",
+        "layers": [{"name": "qkv_proj", "n": 64, "k": 128}],
+        "rows": rows,
+        "scratch_bytes": {"plain": 16384, "ahead": 32768},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ahead_1024", "ahead_4096", "met"),
+    [(109.0, 102.0, [True, True]), (111.0, 102.0, [False, True]), (105.0, 104.0, [True, False])],
+)
+def test_model_targets_use_the_worst_ratio_in_each_range(ahead_1024, ahead_4096, met) -> None:
+    lines = model_report.target_lines(_model_result(ahead_1024, ahead_4096))
+    assert [where for where, *_ in lines] == ["M = 1024", "M >= 2048"]
+    assert [ok for *_, ok in lines] == met
+    table = model_report.markdown(_model_result(ahead_1024, ahead_4096))
+    assert "| 4096 | 100 | 2.500x | 1.200x |" in table and "32,768 more" in table

@@ -30,7 +30,7 @@ def test_reused_while_large_enough_and_grown_when_not():
 
 def test_no_allocation_while_a_graph_is_being_captured(monkeypatch):
     device = torch.device("cuda", 0)
-    monkeypatch.setattr(scratch, "_capturing", lambda d: d == device)
+    monkeypatch.setattr(scratch, "capturing", lambda d: d == device)
     allocations = []
     real_empty = torch.empty
 

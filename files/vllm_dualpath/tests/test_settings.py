@@ -26,9 +26,10 @@ def test_values_are_read(tmp_path):
             "DUALPATH_CALIBRATION_TABLE": str(table),
             "DUALPATH_STRICT": "Yes",
             "DUALPATH_CHANNEL_SCALE": "unpack",
+            "DUALPATH_UNPACK_AHEAD": "0",
         }
     )
-    assert current == settings.Settings(False, 32, 256, table, True, "unpack")
+    assert current == settings.Settings(False, 32, 256, table, True, "unpack", False)
 
 
 @pytest.mark.parametrize(
@@ -40,6 +41,7 @@ def test_values_are_read(tmp_path):
         ("DUALPATH_SMALL_M_MAX", "-1"),
         ("DUALPATH_LARGE_M_MIN", "1e3"),
         ("DUALPATH_CHANNEL_SCALE", "kernel"),
+        ("DUALPATH_UNPACK_AHEAD", "sometimes"),
         ("DUALPATH_CALIBRATION_TABLE", "/nonexistent/table.json"),
     ],
 )

@@ -84,14 +84,15 @@ def test_data_exercises_rounding_so_truncation_would_fail():
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_every_scale_bit_pattern_including_subnormal_inf_and_nan():
     """Stored scales over all 65536 BF16 patterns, against all 256 codes."""
-    size_n, size_k = 256, 256
+    size_n, size_k = 256, 256 * layout.TILE
     generator = torch.Generator().manual_seed(11)
     weight = all_codes_weight(size_n, size_k, generator)
     codes = torch.zeros(size_k, size_n, dtype=torch.uint8)
     codes[:, :] = weight.t()
     packed = layout.repack_reference(codes)
     patterns = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
-    group_scales = patterns.view(torch.bfloat16).view(size_k // 1, size_n)  # one group per k row
+    # One group per 16-row tile, the smallest group the Marlin layout has.
+    group_scales = patterns.view(torch.bfloat16).view(size_k // layout.TILE, size_n)
     stored = group_scales.contiguous()
     expected = layout.dequantize_reference(packed, stored, size_n, size_k)
     got = unpack.unpack_weight(packed, stored, size_n, size_k)
@@ -101,14 +102,22 @@ def test_every_scale_bit_pattern_including_subnormal_inf_and_nan():
     assert torch.equal(bits(got), bits(expected))
 
 
-@pytest.mark.parametrize(("block_n", "block_k"), [(16, 32), (64, 64), (8, 256)])
-def test_tile_sizes_do_not_change_the_result(block_n: int, block_k: int):
+@pytest.mark.parametrize("k_tiles", [1, 2, 16])
+def test_tile_counts_do_not_change_the_result(k_tiles: int):
     case = Case(200, 300, "block", seed=2)
     _, packed, stored, _ = build(case)
     expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
-    got = unpack.unpack_weight(
-        packed, stored, case.size_n, case.size_k, block_n=block_n, block_k=block_k
-    )
+    got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k, k_tiles=k_tiles)
+    assert torch.equal(bits(got), bits(expected))
+
+
+def test_odd_rows_and_unaligned_buffers_take_the_element_store():
+    case = Case(70, 130, "block", seed=5)
+    _, packed, stored, _ = build(case)
+    expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
+    buffer = torch.zeros(case.size_n * case.size_k + 1, dtype=torch.bfloat16)
+    got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k, out=buffer[1:])
+    assert got.data_ptr() % 4 == 2
     assert torch.equal(bits(got), bits(expected))
 
 
@@ -133,6 +142,7 @@ def test_writes_into_the_start_of_a_larger_buffer_and_nothing_else():
         (lambda p, s, o: (p, s.float(), o), "bfloat16"),
         (lambda p, s, o: (p, s[:, :64].contiguous(), o), "do not match"),
         (lambda p, s, o: (p, s, torch.empty(10, dtype=torch.bfloat16)), "out must be"),
+        (lambda p, s, o: (p, s.expand(40, -1).contiguous(), o), "not whole 16-row tiles"),
     ],
 )
 def test_rejects_inputs_it_cannot_read(mutate, message):
@@ -141,6 +151,12 @@ def test_rejects_inputs_it_cannot_read(mutate, message):
     packed, stored, out = mutate(packed, stored, None)
     with pytest.raises(ValueError, match=message):
         unpack.unpack_weight(packed, stored, case.size_n, case.size_k, out=out)
+
+
+def test_rejects_a_tile_count_that_is_not_a_power_of_two():
+    _, packed, stored, _ = build(Case(100, 300, "channel"))
+    with pytest.raises(ValueError, match="power of two"):
+        unpack.unpack_weight(packed, stored, 100, 300, k_tiles=3)
 
 
 def test_rejects_sizes_larger_than_the_packed_weight():
@@ -160,4 +176,29 @@ def test_zero_and_negative_channel_scales():
     expected = layout.dequantize_reference(packed, stored, size_n, size_k)
     got = unpack.unpack_weight(packed, stored, size_n, size_k)
     assert (bits(expected) == -32768).any()  # negative zeros are part of the comparison
+    assert torch.equal(bits(got), bits(expected))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("rare", [False, True])
+def test_the_in_kernel_scale_check_alone_still_finds_every_rare_scale(monkeypatch, rare: bool):
+    """Inside graph capture the host cannot look at the scales: the kernel checks them."""
+    monkeypatch.setattr(unpack, "_scales_are_ordinary", lambda scales: None)
+    case = Case(128, 256, "block", seed=7)
+    _, packed, stored, _ = build(case)
+    if rare:
+        stored.view(torch.int16)[0, 5] = 0x7FC1  # a NaN with a payload the fast path would keep
+    expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
+    got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k)
+    assert torch.equal(bits(got), bits(expected))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_a_scale_changed_in_place_is_checked_again():
+    case = Case(128, 256, "block", seed=8)
+    _, packed, stored, _ = build(case)
+    unpack.unpack_weight(packed, stored, case.size_n, case.size_k)
+    stored.view(torch.int16)[1, 3] = 0x7FC1  # a NaN with a payload the fast path would keep
+    expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
+    got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k)
     assert torch.equal(bits(got), bits(expected))

@@ -29,9 +29,9 @@ from vllm_dualpath.bench_paths import (
     configure_overlay,
     make_weight_sets,
     path_factories,
+    require_gpu_and_marlin,
     unpack_only_us,
 )
-from vllm_dualpath.marlin_reference import load_marlin_library
 
 M_VALUES = (1, 2, 4, 8, 16, 20, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 # Rotate weight sets until they span this many bytes of FP8, several times the H200's 60 MB L2.
@@ -188,10 +188,7 @@ def select_shapes(names: str | None) -> list[Shape]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("the benchmark needs a CUDA GPU")
-    if not load_marlin_library(args.marlin_lib):
-        raise SystemExit("Marlin ops not found: pass --marlin-lib or run where vLLM is installed")
+    require_gpu_and_marlin(args.marlin_lib)
     paths = [p for p in args.paths.split(",") if p]
     if unknown := [p for p in paths if p not in PATHS]:
         raise SystemExit(f"unknown paths {unknown}; known: {', '.join(PATHS)}")

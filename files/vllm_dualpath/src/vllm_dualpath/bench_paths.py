@@ -13,6 +13,7 @@ from vllm_dualpath.marlin_reference import (
     MarlinFp8Layer,
     apply_fp8_marlin_linear,
     dequantize_fp8,
+    load_marlin_library,
     marlin_linear,
     prepare_fp8_for_marlin,
     random_fp8_weight,
@@ -129,3 +130,11 @@ def configure_overlay(
     op.configure(current, table)
     op.install_marlin_apply(apply_fp8_marlin_linear)
     return current
+
+
+def require_gpu_and_marlin(marlin_lib: str | None) -> None:
+    """Stop with a message unless a CUDA GPU and vLLM's Marlin ops are here."""
+    if not torch.cuda.is_available():
+        raise SystemExit("this benchmark needs a CUDA GPU")
+    if not load_marlin_library(marlin_lib):
+        raise SystemExit("Marlin ops not found: pass --marlin-lib or run where vLLM is installed")

@@ -26,8 +26,8 @@ from vllm_dualpath.bench_paths import (
     configure_overlay,
     make_weight_sets,
     path_factories,
+    require_gpu_and_marlin,
 )
-from vllm_dualpath.marlin_reference import load_marlin_library
 
 # Above the small-M threshold, denser where crossovers were seen (M = 64..2048 on an H200). A
 # measured shape decides every M above the small threshold, so the grid runs past the large one.
@@ -102,10 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--channel-scale", choices=("epilogue", "unpack"))
     parser.add_argument("--budget-s", type=float, default=timing.DEFAULT_BUDGET_S)
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("calibration needs a CUDA GPU")
-    if not load_marlin_library(args.marlin_lib):
-        raise SystemExit("Marlin ops not found: pass --marlin-lib or run where vLLM is installed")
+    require_gpu_and_marlin(args.marlin_lib)
 
     current = configure_overlay(None, args.channel_scale)
     m_grid = [m for m in M_GRID if m > current.small_m_max] or [current.large_m_min]

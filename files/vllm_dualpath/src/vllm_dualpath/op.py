@@ -5,7 +5,8 @@ traced code would be frozen at trace time. The branch therefore lives inside an 
 op (with a fake implementation for tracing):
 
 * M <= small threshold: the Marlin apply vLLM ships (installed by ``plugin.register``);
-* M >= large threshold: unpack the weight into the device's scratch buffer, then cuBLAS;
+* M >= large threshold: unpack the weight into scratch, then cuBLAS; by default the next
+  layer's weight is unpacked ahead on a side stream while this GEMM runs (``ahead``);
 * in between: whatever the per-GPU calibration table says (Marlin when it has no answer).
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional name
 
-from vllm_dualpath import layout, scratch, settings, unpack
+from vllm_dualpath import ahead, layout, scratch, settings, unpack
 from vllm_dualpath.calibration import MARLIN, UNPACK, CalibrationTable
 from vllm_dualpath.calibration import load as load_table
 
@@ -107,6 +108,44 @@ def _matmul_fp32(x: torch.Tensor, weight_nk: torch.Tensor) -> torch.Tensor:
     return torch.mm(x.float(), weight_nk.t().float())
 
 
+def scales_for_unpack(weight_scale: torch.Tensor, channel_scale: str) -> torch.Tensor | None:
+    """The scales the unpack folds into the weight: None when channel-wise scales go to the
+    GEMM epilogue instead."""
+    if weight_scale.shape[0] == 1 and channel_scale == settings.CHANNEL_SCALE_EPILOGUE:
+        return None
+    return weight_scale
+
+
+def linear_on_unpacked(
+    x: torch.Tensor,
+    unpacked: torch.Tensor,
+    weight_scale: torch.Tensor,
+    size_n: int,
+    bias: torch.Tensor | None,
+    channel_scale: str,
+) -> torch.Tensor:
+    """x[M, size_k] @ W.T (+ bias) with W unpacked by ``unpack.unpack_weight`` with the scales
+    ``scales_for_unpack`` names.
+
+    The rounding steps follow Marlin's kernel (marlin_template.h). Group-wise scales multiply
+    the weight, rounded to BF16 (Marlin's bf16 ``__hmul2``): the unpack does exactly that.
+    Channel-wise scales follow ``channel_scale``: 'epilogue' multiplies the fp32 accumulator and
+    rounds once (Marlin's ``scale_float`` then float -> bf16), 'unpack' folds them into the
+    weight like group-wise ones. The bias is added to the BF16 result (Marlin's ``__hadd2``).
+    """
+    if scales_for_unpack(weight_scale, channel_scale) is None:
+        padded_n = weight_scale.shape[-1]
+        accumulator = _matmul_fp32(x, unpacked)
+        channel_scales = layout.unpermute_channels(weight_scale.reshape(padded_n))[:size_n]
+        accumulator.mul_(channel_scales.float() * 2.0**-layout.BF16_EXPONENT_BIAS_LOG2)
+        output = accumulator.to(x.dtype)
+    else:
+        output = F.linear(x, unpacked)
+    if bias is not None:
+        output.add_(layout.unpermute_channels(bias)[:size_n])
+    return output
+
+
 def unpack_linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -117,30 +156,10 @@ def unpack_linear(
     weight_buffer: torch.Tensor | None,
     channel_scale: str,
 ) -> torch.Tensor:
-    """x[M, size_k] @ W.T (+ bias) with W unpacked from the Marlin layout into weight_buffer.
-
-    The rounding steps follow Marlin's kernel (marlin_template.h). Group-wise scales multiply
-    the weight, rounded to BF16 (Marlin's bf16 ``__hmul2``): the unpack does exactly that.
-    Channel-wise scales follow ``channel_scale``: 'epilogue' multiplies the fp32 accumulator and
-    rounds once (Marlin's ``scale_float`` then float -> bf16), 'unpack' folds them into the
-    weight like group-wise ones. The bias is added to the BF16 result (Marlin's ``__hadd2``).
-    """
-    padded_n, _ = layout.marlin_repacked_nk(weight)
-    plain_bias = None
-    if bias is not None:
-        plain_bias = layout.unpermute_channels(bias)[:size_n]
-    if weight_scale.shape[0] == 1 and channel_scale == settings.CHANNEL_SCALE_EPILOGUE:
-        unscaled = unpack.unpack_weight(weight, None, size_n, size_k, out=weight_buffer)
-        accumulator = _matmul_fp32(x, unscaled)
-        channel_scales = layout.unpermute_channels(weight_scale.reshape(padded_n))[:size_n]
-        accumulator.mul_(channel_scales.float() * 2.0**-layout.BF16_EXPONENT_BIAS_LOG2)
-        output = accumulator.to(x.dtype)
-    else:
-        scaled = unpack.unpack_weight(weight, weight_scale, size_n, size_k, out=weight_buffer)
-        output = F.linear(x, scaled)
-    if plain_bias is not None:
-        output.add_(plain_bias)
-    return output
+    """x[M, size_k] @ W.T (+ bias) with W unpacked from the Marlin layout into weight_buffer."""
+    scales = scales_for_unpack(weight_scale, channel_scale)
+    unpacked = unpack.unpack_weight(weight, scales, size_n, size_k, out=weight_buffer)
+    return linear_on_unpacked(x, unpacked, weight_scale, size_n, bias, channel_scale)
 
 
 def _unpack_supported(input: torch.Tensor, weight_scale: torch.Tensor) -> bool:
@@ -148,7 +167,6 @@ def _unpack_supported(input: torch.Tensor, weight_scale: torch.Tensor) -> bool:
     return input.dtype == torch.bfloat16 and weight_scale.dtype == torch.bfloat16
 
 
-@torch.library.custom_op("dualpath::fp8_marlin_linear", mutates_args=())
 def fp8_marlin_linear(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -174,6 +192,19 @@ def fp8_marlin_linear(
     }
     if choose_path(m, size_n, size_k) == MARLIN or not _unpack_supported(input, weight_scale):
         return _call_marlin(**arguments)
+    current, _ = _current()
+    x = input.reshape(m, size_k)
+    if current.unpack_ahead and m >= current.large_m_min and not scratch.capturing(input.device):
+        # Graphs captured later (mid-range M) unpack into the plain slot: keep it grown.
+        if scratch.capacity(input.device) < size_n * size_k:
+            scratch.acquire(input.device, size_n * size_k)
+        scales = scales_for_unpack(weight_scale, current.channel_scale)
+        job = ahead.Job(weight, scales, size_n, size_k)
+        with ahead.for_device(input.device).unpacked(job) as unpacked:
+            output = linear_on_unpacked(
+                x, unpacked, weight_scale, size_n, bias, current.channel_scale
+            )
+        return output.reshape(*input.shape[:-1], size_n)
     buffer = scratch.acquire(input.device, size_n * size_k)
     if buffer is None:
         if not _capture_fallback_logged:
@@ -186,9 +217,8 @@ def fp8_marlin_linear(
                 size_k,
             )
         return _call_marlin(**arguments)
-    current, _ = _current()
     output = unpack_linear(
-        input.reshape(m, size_k),
+        x,
         weight,
         weight_scale,
         size_n,
@@ -200,7 +230,6 @@ def fp8_marlin_linear(
     return output.reshape(*input.shape[:-1], size_n)
 
 
-@fp8_marlin_linear.register_fake
 def _fp8_marlin_linear_fake(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -212,3 +241,15 @@ def _fp8_marlin_linear_fake(
     use_fp32_reduce: bool,
 ) -> torch.Tensor:
     return input.new_empty((*input.shape[:-1], size_n))
+
+
+# Registered as vLLM registers its own ops (Library.define + impl), not with the custom_op
+# decorator, whose autograd and dynamo wrappers cost host time on every call.
+_library = torch.library.Library("dualpath", "FRAGMENT")
+_library.define(
+    "fp8_marlin_linear(Tensor input, Tensor weight, Tensor weight_scale, Tensor? workspace, "
+    "SymInt size_n, SymInt size_k, Tensor? bias, bool use_fp32_reduce) -> Tensor"
+)
+_library.impl("fp8_marlin_linear", fp8_marlin_linear, "CUDA")
+_library.impl("fp8_marlin_linear", fp8_marlin_linear, "CPU")  # tests, with a Marlin stand-in
+torch.library.register_fake("dualpath::fp8_marlin_linear", _fp8_marlin_linear_fake, lib=_library)

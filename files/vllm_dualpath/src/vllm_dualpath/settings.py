@@ -13,6 +13,7 @@ LARGE_M_MIN = "DUALPATH_LARGE_M_MIN"
 CALIBRATION_TABLE = "DUALPATH_CALIBRATION_TABLE"
 STRICT = "DUALPATH_STRICT"
 CHANNEL_SCALE = "DUALPATH_CHANNEL_SCALE"
+UNPACK_AHEAD = "DUALPATH_UNPACK_AHEAD"
 
 DEFAULT_SMALL_M_MAX = 20
 DEFAULT_LARGE_M_MIN = 1024
@@ -36,6 +37,7 @@ class Settings:
     calibration_table: Path | None = None
     strict: bool = False
     channel_scale: str = CHANNEL_SCALE_EPILOGUE
+    unpack_ahead: bool = True
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -96,4 +98,5 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
             CHANNEL_SCALE_EPILOGUE,
             (CHANNEL_SCALE_EPILOGUE, CHANNEL_SCALE_UNPACK),
         ),
+        unpack_ahead=_flag(env, UNPACK_AHEAD, True),
     )

@@ -1,16 +1,21 @@
 """One-pass Triton unpack: Marlin-packed FP8 weight (+ permuted scales) -> BF16 W[n, k] row-major.
 
 Every output element is FP8 value x true scale rounded to BF16 once, to nearest even. No step
-depends on how a backend rounds float -> bf16 casts or treats subnormals, so the GPU and Triton's
-CPU interpreter (whose casts truncate) give the same bits:
+depends on how a backend rounds float -> bf16 casts, so the GPU and Triton's CPU interpreter
+(whose casts truncate) give the same bits:
 
-* the FP8 value is built as an exact, normal fp32 from its bits;
+* a code's bits shifted into BF16 position read as value x 2**-120, exactly (an fp32 subnormal
+  for FP8 subnormals; the compiled kernel keeps subnormals, it is built without flush-to-zero),
+  and the stored scale carries the 2**120 back;
 * with an ordinary true scale (>= 2**-117, finite, or zero), value x scale is exact and normal
   in fp32 (4 x 8 significant bits), and it is rounded to BF16 with integer arithmetic on its bits;
-* a program whose scales include any other (tiny, infinite or NaN) computes everything on
-  integers instead (``_scaled_bits_on_integers``), subnormal results included.
+* a block whose scales include any other (tiny, infinite or NaN) computes everything on
+  integers instead (``_scaled_bits_on_integers``), subnormal results included. The host checks
+  each weight's scales once (``_scales_are_ordinary``), so blocks of ordinary weights skip the
+  in-kernel check.
 
-See ``layout`` for the index math this inverts.
+Words are read with contiguous 16-byte loads, un-shuffled in registers and stored as row-major
+BF16 pairs. See ``layout`` for the index math this inverts.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import triton.language as tl
 
 from vllm_dualpath import layout
 
-# Tile of the output each program writes; the GPU benchmark may pick others.
-DEFAULT_BLOCK_N = 64
-DEFAULT_BLOCK_K = 128
+# 16-row tiles of the Marlin layout one program unpacks (one 64-channel column of tiles) and its
+# warps: the fastest pair on an H200 (docs/perf/dualpath-h200.md).
+DEFAULT_K_TILES = 4
+DEFAULT_NUM_WARPS = 4
 
 
 @triton.jit
@@ -62,87 +68,146 @@ def _scaled_bits_on_integers(code, scale_bits):  # type: ignore[no-untyped-def]
     return tl.where(is_nan, 0x7FC0, bits)
 
 
+@triton.jit
+def _scale_columns(n, GROUPED: tl.constexpr):  # type: ignore[no-untyped-def]
+    """Column of channel n in the permuted scale rows (see ``layout.permute_scales``)."""
+    if GROUPED:
+        # Group-wise scales: an 8x8 transpose inside every block of 64 channels.
+        c = n & 63
+        return (n - c) + 8 * (c & 7) + (c >> 3)
+    # Channel-wise scales: blocks of 32, position 8i + 2a + b holds channel 8a + 2i + b.
+    c = n & 31
+    return (n - c) + 8 * ((c & 7) >> 1) + 2 * (c >> 3) + (c & 1)
+
+
+@triton.jit
+def _scaled_pair(pair_codes, scale_bits, HAS_SCALES: tl.constexpr):  # type: ignore[no-untyped-def]
+    """Two BF16 results packed in an int32 from two e4m3 codes in bytes 0 and 2 of pair_codes.
+
+    Marlin's own trick: a code's sign and 7 low bits shifted into BF16 position read as
+    value x 2**-120 (NaN codes read as +-480 x 2**-120, as in Marlin), and the stored scale
+    carries the 2**120 back. In fp32 the product value x true scale is exact and normal for an
+    ordinary scale; the fp32 -> BF16 rounding is done on integer bits (nearest even).
+    """
+    raw = ((pair_codes & 0x007F007F) << 4) | ((pair_codes & 0x00800080) << 8)
+    low = (raw << 16).to(tl.float32, bitcast=True)
+    high = (raw & -65536).to(tl.float32, bitcast=True)
+    # Without scales, 2**120 exactly: the unscaled FP8 value.
+    scale = (scale_bits << 16).to(tl.float32, bitcast=True) if HAS_SCALES else 1.329227995784916e36
+    low_bits = (low * scale).to(tl.int32, bitcast=True)
+    high_bits = (high * scale).to(tl.int32, bitcast=True)
+    low_bits = ((low_bits + 0x7FFF + ((low_bits >> 16) & 1)) >> 16) & 0xFFFF
+    high_bits = (high_bits + 0x7FFF + ((high_bits >> 16) & 1)) & -65536
+    return low_bits | high_bits
+
+
+@triton.jit
+def _rare_pair(pair_codes, scale_bits):  # type: ignore[no-untyped-def]
+    """``_scaled_pair`` for any scale (tiny, infinite, NaN), on integers alone."""
+    low = _scaled_bits_on_integers(pair_codes & 0xFF, scale_bits)
+    high = _scaled_bits_on_integers((pair_codes >> 16) & 0xFF, scale_bits)
+    return (low & 0xFFFF) | (high << 16)
+
+
 @triton.jit  # type: ignore[untyped-decorator]
 def _unpack_kernel(  # type: ignore[no-untyped-def]
     packed_ptr,
     scales_ptr,
     out_ptr,
     size_n,
-    size_k,
+    row_items,
+    k_tiles,
     words_per_row,
     padded_n,
     k_per_group,
-    out_row_stride,
     HAS_SCALES: tl.constexpr,
     GROUPED: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    CHECK_SCALES: tl.constexpr,
+    STORE_PAIRS: tl.constexpr,
+    K_TILES: tl.constexpr,
 ):
-    # Each word is read once. Word (kt, n, t) holds k = 16*kt + 8*h + 2*t + l in byte h + 2*l,
-    # so axes (n, kt, h, t, l) enumerate the output tile in row-major (n, k) order.
-    BLOCK_KT: tl.constexpr = BLOCK_K // 16
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[:, None, None, None, None]
-    kt = tl.program_id(1) * BLOCK_KT + tl.arange(0, BLOCK_KT)[None, :, None, None, None]
-    h = tl.arange(0, 2)[None, None, :, None, None]
-    t = tl.arange(0, 4)[None, None, None, :, None]
-    lo = tl.arange(0, 2)[None, None, None, None, :]
-    k = kt * 16 + 8 * h + 2 * t + lo
-    inside = (n < size_n) & (k < size_k)
-
-    # Inverse of the repack: word kt * words_per_row + 256*(n//64) + 8*th + 2*w + r, with
-    # th = 4*(n%8) + t, w = (n%64)//16, r = (n%16)//8. One 16x64 tile is 256 consecutive words.
-    n_in_tile = n & 63
-    column = (n >> 6) * 256 + 32 * (n_in_tile & 7) + 8 * t + 2 * (n_in_tile >> 4)
-    column += (n_in_tile >> 3) & 1
-    word_mask = (n < size_n) & (kt * 16 < size_k)
-    word = tl.load(packed_ptr + kt * words_per_row + column, mask=word_mask, other=0)
-    code = (word >> (8 * (h + 2 * lo))) & 0xFF
-
-    code_exp = (code >> 3) & 15
-    sign = code >> 7
-    # |e4m3 value| in fp32, exact and never subnormal, decoded as Marlin does (NaN codes: 480).
-    normal_bits = ((code & 0x7F) << 20) + (120 << 23)
-    value = tl.where(
-        code_exp == 0,
-        (code & 7).to(tl.float32) * 0.001953125,  # subnormal: mantissa * 2**-9
-        normal_bits.to(tl.float32, bitcast=True),
+    # A program: K_TILES 16x64 tiles of one column of tiles, each 256 consecutive words, read
+    # with plain contiguous loads. Word 32a + 8t + 2w + r of tile kt holds channel 16w + 8r + a
+    # of the tile, K rows 16kt + 2t + {0, 1} in bytes {0, 2} and 16kt + 8 + 2t + {0, 1} in
+    # bytes {1, 3}: each byte pair is two neighbouring BF16 results. The block is un-shuffled
+    # in registers (permute), so the stores are row-major and contiguous.
+    tile_n = tl.program_id(0)
+    block_k = tl.program_id(1)
+    tile_rows = block_k * K_TILES + tl.arange(0, K_TILES)[:, None]
+    flat = tl.load(
+        packed_ptr + tile_rows * words_per_row + tile_n * 256 + tl.arange(0, 256)[None, :],
+        mask=tile_rows < k_tiles,
+        other=0,
     )
+    words = tl.reshape(flat, (K_TILES, 8, 4, 4, 2))
+    kt = block_k * K_TILES + tl.arange(0, K_TILES)[:, None, None, None, None]
+    a = tl.arange(0, 8)[None, :, None, None, None]
+    w = tl.arange(0, 4)[None, None, None, :, None]
+    r = tl.arange(0, 2)[None, None, None, None, :]
+    n = tile_n * 64 + 16 * w + 8 * r + a
+    low_codes = words & 0x00FF00FF
+    high_codes = (words >> 8) & 0x00FF00FF
 
     if HAS_SCALES:
+        columns = _scale_columns(n, GROUPED)
         if GROUPED:
-            # Group-wise scales: an 8x8 transpose inside every block of 64 channels.
-            c = n_in_tile
-            scale_index = (k // k_per_group) * padded_n + (n - c) + 8 * (c & 7) + (c >> 3)
-            scale_mask = inside
-        else:
-            # Channel-wise scales: blocks of 32, position 8i + 2a + b holds channel 8a + 2i + b.
-            c = n & 31
-            scale_index = (n - c) + 8 * ((c & 7) >> 1) + 2 * (c >> 3) + (c & 1)
-            scale_mask = n < size_n
-        scale_bits = tl.load(scales_ptr + scale_index, mask=scale_mask, other=0).to(tl.int32)
+            # k_per_group is a multiple of 16 (checked by the caller): one group per tile row.
+            columns += (kt * 16 // k_per_group) * padded_n
+        scale_mask = (kt < k_tiles) & (n < size_n)
+        scale_bits = tl.load(scales_ptr + columns, mask=scale_mask, other=0).to(tl.int32)
         scale_bits = scale_bits & 0xFFFF
-        scale_exp = (scale_bits >> 7) & 255
-        # Ordinary scales: true scale (stored * 2**-120) >= 2**-117, finite, or zero. Then the
-        # scale is a normal float, and value x scale (4 x 8 significant bits, >= 2**-9 * 2**-117
-        # when not zero) is exact and normal in fp32; it is rounded to BF16 on its bits, so no
-        # float -> bf16 cast is involved. Programs holding any other scale take the integer path.
-        rare = ((scale_exp < 130) & ((scale_bits & 0x7FFF) != 0)) | (scale_exp == 255)
-        if tl.max((rare & scale_mask).to(tl.int32)) > 0:
-            bits = _scaled_bits_on_integers(code, scale_bits)
+        rare = 0
+        if CHECK_SCALES:
+            # Ordinary scales: true scale (stored x 2**-120) >= 2**-117, finite, or zero; then
+            # the fp32 product is exact and normal. Blocks holding any other take the integer
+            # path. The host skips this check (a block-wide reduction) for weights it has
+            # checked once (``_scales_are_ordinary``).
+            scale_exp = (scale_bits >> 7) & 255
+            odd = ((scale_exp < 130) & ((scale_bits & 0x7FFF) != 0)) | (scale_exp == 255)
+            rare = tl.max((odd & scale_mask).to(tl.int32))
+        if rare > 0:
+            low = _rare_pair(low_codes, scale_bits)
+            high = _rare_pair(high_codes, scale_bits)
         else:
-            # 7.52316384526264e-37 is 2**-120 exactly.
-            true_scale = (scale_bits << 16).to(tl.float32, bitcast=True) * 7.52316384526264e-37
-            product_bits = (value * true_scale).to(tl.int32, bitcast=True)
-            bits = ((product_bits + 0x7FFF + ((product_bits >> 16) & 1)) >> 16) ^ (sign << 15)
+            low = _scaled_pair(low_codes, scale_bits, True)
+            high = _scaled_pair(high_codes, scale_bits, True)
     else:
-        # FP8 values are exact in BF16: the top half of the fp32 bits.
-        bits = (value.to(tl.int32, bitcast=True) >> 16) | (sign << 15)
+        low = _scaled_pair(low_codes, 0, False)
+        high = _scaled_pair(high_codes, 0, False)
 
-    out_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[:, None]
-    out_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)[None, :]
-    tile = tl.reshape(bits.to(tl.int16), (BLOCK_N, BLOCK_K))
-    out_mask = (out_n < size_n) & (out_k < size_k)
-    tl.store(out_ptr + out_n * out_row_stride + out_k, tile, mask=out_mask)
+    # Axes (kt, a, t, w, r, half) -> (w, r, a | kt, half, t): rows n, columns K pairs in order.
+    pairs = tl.permute(tl.join(low, high), (3, 4, 1, 0, 5, 2))
+    out_n = tile_n * 64 + tl.arange(0, 64)[:, None]
+    if STORE_PAIRS:
+        pair_k = block_k * K_TILES * 8 + tl.arange(0, K_TILES * 8)[None, :]
+        tile = tl.reshape(pairs, (64, K_TILES * 8))
+        mask = (out_n < size_n) & (pair_k < row_items)
+        tl.store(out_ptr + out_n * row_items + pair_k, tile, mask=mask)
+    else:
+        halves = tl.join(pairs & 0xFFFF, pairs >> 16).to(tl.int16)
+        out_k = block_k * K_TILES * 16 + tl.arange(0, K_TILES * 16)[None, :]
+        tile = tl.reshape(halves, (64, K_TILES * 16))
+        mask = (out_n < size_n) & (out_k < row_items)
+        tl.store(out_ptr + out_n * row_items + out_k, tile, mask=mask)
+
+
+_ordinary: dict[tuple[int, int, int], bool] = {}
+
+
+def _scales_are_ordinary(scales: torch.Tensor) -> bool | None:
+    """True when every stored scale is ordinary (see the kernel), once per weight version;
+    None when unknown (first seen while a CUDA graph is captured: no host sync allowed)."""
+    key = (scales.data_ptr(), scales._version, scales.numel())
+    known = _ordinary.get(key)
+    if known is not None:
+        return known
+    if scales.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    bits = scales.view(torch.int16).to(torch.int32) & 0xFFFF
+    exponent = (bits >> 7) & 255
+    odd = ((exponent < 130) & ((bits & 0x7FFF) != 0)) | (exponent == 255)
+    known = _ordinary[key] = not bool(odd.any())
+    return known
 
 
 def _check(packed: torch.Tensor, scales: torch.Tensor | None, size_n: int, size_k: int) -> int:
@@ -165,6 +230,8 @@ def _check(packed: torch.Tensor, scales: torch.Tensor | None, size_n: int, size_
         raise ValueError(
             f"scales {tuple(scales.shape)} do not match the packed {padded_n}x{padded_k}"
         )
+    if groups > 1 and (padded_k // groups) % layout.TILE:
+        raise ValueError(f"scale groups of {padded_k // groups} K rows are not whole 16-row tiles")
     return padded_k // groups
 
 
@@ -174,16 +241,17 @@ def unpack_weight(
     size_n: int,
     size_k: int,
     out: torch.Tensor | None = None,
-    block_n: int = DEFAULT_BLOCK_N,
-    block_k: int = DEFAULT_BLOCK_K,
+    k_tiles: int = DEFAULT_K_TILES,
+    num_warps: int = DEFAULT_NUM_WARPS,
 ) -> torch.Tensor:
     """BF16 W[size_n, size_k] from a Marlin FP8 weight; scales=None leaves the FP8 values unscaled.
 
     ``out`` may be any contiguous BF16 buffer with at least size_n * size_k elements (a scratch
-    buffer); the result is a view of its start.
+    buffer); the result is a view of its start. ``k_tiles`` (16-row tiles per block, a power of
+    two) and ``num_warps`` change the speed, never the result.
     """
-    if block_k % 16 or block_k < 16:
-        raise ValueError(f"block_k must be a multiple of 16, got {block_k}")
+    if k_tiles < 1 or k_tiles & (k_tiles - 1):
+        raise ValueError(f"k_tiles must be a power of two, got {k_tiles}")
     k_per_group = _check(packed, scales, size_n, size_k)
     padded_n, _ = layout.marlin_repacked_nk(packed)
     if out is None:
@@ -193,21 +261,28 @@ def unpack_weight(
             f"out must be a contiguous bfloat16 buffer of >= {size_n * size_k} elements"
         )
     weight = out.view(-1)[: size_n * size_k].view(size_n, size_k)
-    grouped = scales is not None and scales.shape[0] > 1
-    grid = (triton.cdiv(size_n, block_n), triton.cdiv(size_k, block_k))
-    _unpack_kernel[grid](
+    # Whole rows of BF16 pairs are stored as int32 when every row starts 4-byte aligned.
+    store_pairs = size_k % 2 == 0 and weight.data_ptr() % 4 == 0
+    # Plain integer ceilings: triton.cdiv is a JIT function, slow to call from the host.
+    k_tile_count = -(-size_k // layout.TILE)
+    blocks_k = -(-k_tile_count // k_tiles)
+    blocks_n = -(-size_n // layout.MIN_THREAD_N)
+    ordinary = None if scales is None else _scales_are_ordinary(scales)
+    _unpack_kernel[(blocks_n, blocks_k)](
         packed,
         packed if scales is None else scales.view(torch.int16),
-        weight.view(torch.int16),
+        weight.view(torch.int32) if store_pairs else weight.view(torch.int16),
         size_n,
-        size_k,
+        size_k // 2 if store_pairs else size_k,  # int32 pairs or int16 halves per output row
+        k_tile_count,
         packed.shape[1],
         padded_n,
         max(k_per_group, 1),
-        size_k,
         HAS_SCALES=scales is not None,
-        GROUPED=grouped,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
+        GROUPED=scales is not None and scales.shape[0] > 1,
+        CHECK_SCALES=ordinary is not True,
+        STORE_PAIRS=store_pairs,
+        K_TILES=k_tiles,
+        num_warps=num_warps,
     )
     return weight

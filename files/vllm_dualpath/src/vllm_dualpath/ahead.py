@@ -1,0 +1,190 @@
+"""Unpack ahead: the next layer's weight is unpacked on a side stream while this layer's GEMM runs.
+
+vLLM runs the dense layers of a forward pass in the same order every time, so the order seen
+once predicts the next unpack-path call. Each large-M call
+
+1. learns its place in that order (its predecessor's successor is this layer),
+2. takes its unpacked weight from the slot a previous call prefetched it into (a hit: the
+   current stream waits for the side stream's event), or unpacks it now (a miss),
+3. runs its GEMM inside the ``with`` block;
+4. on leaving it, records that its slot is free again and starts the unpack of its predicted
+   successor into the other slot, on the side stream. Launched after the GEMM, the unpack
+   takes the SMs the GEMM leaves and runs on when it ends. (Making cuBLAS leave SMs free
+   for it, with a small unpack grid there, measured slower: docs/perf/unpack-ahead-h200.md.)
+
+A prediction is only a guess: a call that does not match it unpacks its own weight, so results
+never depend on it. Nothing is prefetched across the end of a forward pass (a successor earlier
+in the order than its predecessor), so a weight changed between passes is never served stale.
+Two slots (``scratch.AHEAD_SLOTS``), each as large as the largest weight it has held; the op
+also keeps the plain slot grown, for the CUDA graphs captured later.
+On the CPU (tests) there are no streams: a prefetch runs at once, with the same slot logic.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from vllm_dualpath import scratch, unpack
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything one unpack needs; ``scales`` None leaves the FP8 values unscaled."""
+
+    weight: torch.Tensor
+    scales: torch.Tensor | None
+    size_n: int
+    size_k: int
+
+    @property
+    def key(self) -> tuple[int, int, int, int]:
+        scales = 0 if self.scales is None else self.scales.data_ptr()
+        return (self.weight.data_ptr(), scales, self.size_n, self.size_k)
+
+    def run(self, buffer: torch.Tensor) -> torch.Tensor:
+        return unpack.unpack_weight(self.weight, self.scales, self.size_n, self.size_k, buffer)
+
+
+Key = tuple[int, int, int, int]
+
+
+@dataclass
+class _Slot:
+    index: int
+    holds: Key | None = None
+    weight: torch.Tensor | None = None  # the [n, k] view of what it holds
+    # Recorded again on every use (an event wait sees its latest record).
+    ready: torch.cuda.Event | None = None  # side stream: the last prefetch into it is written
+    free: torch.cuda.Event | None = None  # current stream: its last reader has run
+
+
+@dataclass
+class Stats:
+    hits: int = 0
+    misses: int = 0
+    prefetches: int = 0
+
+
+@dataclass
+class UnpackAhead:
+    """The unpack-ahead state of one device."""
+
+    device: torch.device
+    stats: Stats = field(default_factory=Stats)
+    _slots: tuple[_Slot, _Slot] = field(
+        default_factory=lambda: (_Slot(scratch.AHEAD_SLOTS[0]), _Slot(scratch.AHEAD_SLOTS[1]))
+    )
+    _order: dict[Key, int] = field(default_factory=dict)
+    _successor: dict[Key, Key] = field(default_factory=dict)
+    _jobs: dict[Key, Job] = field(default_factory=dict)
+    _previous: Key | None = None
+    _pending: _Slot | None = None
+    _stream: torch.cuda.Stream | None = None
+    _on_gpu: bool = False
+
+    def __post_init__(self) -> None:
+        self._on_gpu = self.device.type == "cuda"
+
+    def _buffer(self, slot: _Slot, job: Job, current: torch.cuda.Stream | None) -> torch.Tensor:
+        numel = job.size_n * job.size_k
+        growing = scratch.capacity(self.device, slot.index) < numel
+        if growing and current is not None and self._stream is not None:
+            # Growing frees the old buffer to the current stream's pool: let it wait for
+            # side-stream work that may still write there.
+            current.wait_stream(self._stream)
+        buffer = scratch.acquire(self.device, numel, slot.index)
+        if buffer is None:  # only while capturing, where the op never comes here
+            raise RuntimeError("vllm-dualpath: unpack-ahead scratch requested during capture")
+        return buffer
+
+    def _learn(self, key: Key, job: Job) -> None:
+        self._jobs[key] = job
+        self._order.setdefault(key, len(self._order))
+        if self._previous is not None and self._previous != key:
+            self._successor[self._previous] = key
+        self._previous = key
+
+    def _take(
+        self, key: Key, job: Job, current: torch.cuda.Stream | None
+    ) -> tuple[_Slot, torch.Tensor]:
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.holds == key and pending.weight is not None:
+            self.stats.hits += 1
+            if current is not None and pending.ready is not None:
+                current.wait_event(pending.ready)
+            return pending, pending.weight
+        self.stats.misses += 1
+        # Never the slot a prefetch may still be writing; wait for any older one into this slot.
+        slot = self._slots[1] if pending is self._slots[0] else self._slots[0]
+        if current is not None and slot.ready is not None:
+            current.wait_event(slot.ready)
+        slot.holds = key
+        slot.weight = job.run(self._buffer(slot, job, current))
+        return slot, slot.weight
+
+    def _prefetch_successor(self, key: Key, used: _Slot, current: torch.cuda.Stream | None) -> None:
+        successor = self._successor.get(key)
+        if successor is None or self._order[successor] <= self._order[key]:
+            return
+        job = self._jobs[successor]
+        target = self._slots[1] if used is self._slots[0] else self._slots[0]
+        buffer = self._buffer(target, job, current)
+        target.holds = successor
+        self._pending = target
+        self.stats.prefetches += 1
+        if current is None:
+            target.weight = job.run(buffer)
+            return
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        side = self._stream
+        if target.free is not None:
+            side.wait_event(target.free)
+        # set_stream rather than the torch.cuda.stream context: fewer host calls per layer.
+        torch.cuda.set_stream(side)
+        try:
+            target.weight = job.run(buffer)
+            if target.ready is None:
+                target.ready = torch.cuda.Event()
+            target.ready.record(side)
+        finally:
+            torch.cuda.set_stream(current)
+
+    @contextmanager
+    def unpacked(self, job: Job) -> Iterator[torch.Tensor]:
+        """The job's BF16 weight, ready for the current stream inside the block."""
+        key = job.key
+        self._learn(key, job)
+        current = torch.cuda.current_stream(self.device) if self._on_gpu else None
+        slot, weight = self._take(key, job, current)
+        try:
+            yield weight
+        finally:
+            if current is not None:
+                if slot.free is None:
+                    slot.free = torch.cuda.Event()
+                slot.free.record(current)
+        self._prefetch_successor(key, slot, current)
+
+
+_per_device: dict[torch.device, UnpackAhead] = {}
+_lock = threading.Lock()
+
+
+def for_device(device: torch.device) -> UnpackAhead:
+    with _lock:
+        state = _per_device.get(device)
+        if state is None:
+            state = _per_device[device] = UnpackAhead(device)
+        return state
+
+
+def reset_all() -> None:
+    """Forget learned orders and pending prefetches (tests, or after a model is unloaded)."""
+    with _lock:
+        _per_device.clear()

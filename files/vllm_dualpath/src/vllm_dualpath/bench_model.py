@@ -1,0 +1,209 @@
+"""Model-level benchmark: a stack of dense layers run in forward order, as a prefill step sees them.
+
+    python -m vllm_dualpath.bench_model --out model.json
+
+Decoder layers of a TP2 rank (qkv, o_proj, shared-expert gate_up and down; each layer its own
+weights) run one after another for each M. Paths, timed side by side in turns: `bf16` (F.linear
+on the dequantized weights), `marlin` (vLLM's Marlin call), `unpack_cublas` (the overlay's op
+with every layer unpacked in line) and `unpack_ahead` (the op unpacking the next layer's weight
+on a side stream while this layer's GEMM runs, ``vllm_dualpath.ahead``). Passes are eager, as vLLM
+runs prefill batches larger than its captured sizes (the ahead path is off inside CUDA graphs);
+each median is of whole passes, with the host's time to issue a pass next to it.
+Before timing, every overlay path's outputs are checked bit for bit against in-line unpacking.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from vllm_dualpath import ahead, op, scratch, settings
+from vllm_dualpath.bench import SHAPES, Shape
+from vllm_dualpath.bench_paths import (
+    WeightSet,
+    configure_overlay,
+    make_weight_sets,
+    require_gpu_and_marlin,
+)
+from vllm_dualpath.marlin_reference import marlin_linear
+
+M_VALUES = (512, 1024, 2048, 4096, 8192)
+LAYER_SHAPES = ("qkv_proj", "o_proj", "shared_gate_up", "shared_down")
+WARMUP_PASSES = 3
+
+Pass = Callable[[], list[torch.Tensor]]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_stack(decoder_layers: int, generator: torch.Generator) -> list[tuple[Shape, WeightSet]]:
+    by_name = {s.name: s for s in SHAPES}
+    stack = []
+    for _ in range(decoder_layers):
+        for name in LAYER_SHAPES:
+            shape = by_name[name]
+            (weights,) = make_weight_sets(shape.n, shape.k, 1, (128, 128), generator)
+            stack.append((shape, weights))
+    return stack
+
+
+def make_passes(
+    stack: list[tuple[Shape, WeightSet]],
+    inputs: list[torch.Tensor],
+    base: settings.Settings,
+) -> dict[str, Pass]:
+    pairs = list(zip(stack, inputs, strict=True))
+
+    def dense() -> list[torch.Tensor]:
+        return [torch.nn.functional.linear(x, w.dense) for (_, w), x in pairs]
+
+    def marlin() -> list[torch.Tensor]:
+        return [marlin_linear(x, w.marlin) for (_, w), x in pairs]
+
+    def overlay(unpack_ahead: bool) -> Pass:
+        current = replace(base, unpack_ahead=unpack_ahead)
+        dual = torch.ops.dualpath.fp8_marlin_linear
+
+        def run() -> list[torch.Tensor]:
+            op.configure(current, None)
+            return [
+                dual(x, w.marlin.qweight, w.marlin.scales, None, s.n, s.k, w.marlin.bias, True)
+                for (s, w), x in pairs
+            ]
+
+        return run
+
+    return {
+        "bf16": dense,
+        "marlin": marlin,
+        "unpack_cublas": overlay(False),
+        "unpack_ahead": overlay(True),
+    }
+
+
+def check_same_outputs(passes: dict[str, Pass]) -> None:
+    """The ahead path gives the in-line unpack's bits on every layer, twice in a row."""
+    expected = passes["unpack_cublas"]()
+    for _ in range(2):
+        got = passes["unpack_ahead"]()
+        pairs = enumerate(zip(got, expected, strict=True))
+        bad = [i for i, (g, e) in pairs if not torch.equal(g, e)]
+        if bad:
+            raise SystemExit(f"unpack_ahead: layers {bad} differ from the in-line unpack")
+
+
+def median_pass_us(
+    passes: dict[str, Pass], budget_s: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median device time of a pass (events) and median host time to issue one (when the host
+    is as slow as the device, the pass is bound by Python and launches, not by kernels)."""
+    for run in passes.values():
+        for _ in range(WARMUP_PASSES):
+            run()
+    torch.cuda.synchronize()
+    device: dict[str, list[float]] = {name: [] for name in passes}
+    host: dict[str, list[float]] = {name: [] for name in passes}
+    deadline = time.monotonic() + budget_s * len(passes)
+    while min(len(t) for t in device.values()) < 5 or time.monotonic() < deadline:
+        for name, run in passes.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            issued = time.perf_counter()
+            run()
+            host[name].append((time.perf_counter() - issued) * 1e6)
+            end.record()
+            end.synchronize()
+            device[name].append(start.elapsed_time(end) * 1e3)
+        if min(len(t) for t in device.values()) >= 200:
+            break
+    return (
+        {name: statistics.median(t) for name, t in device.items()},
+        {name: statistics.median(t) for name, t in host.items()},
+    )
+
+
+def run(
+    decoder_layers: int,
+    m_values: Sequence[int],
+    budget_s: float,
+    out: Path,
+) -> dict[str, object]:
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(1)
+    base = replace(configure_overlay(None), large_m_min=min(m_values), small_m_max=0)
+    stack = build_stack(decoder_layers, generator)
+    log(
+        f"{torch.cuda.get_device_name()}: {len(stack)} dense layers ({decoder_layers} x "
+        f"{'+'.join(LAYER_SHAPES)}), 128x128 block scales"
+    )
+    rows: list[dict[str, object]] = []
+    result: dict[str, object] = {}
+    for m in m_values:
+        inputs = [
+            torch.randn(m, s.k, device="cuda", generator=generator).to(torch.bfloat16)
+            for s, _ in stack
+        ]
+        passes = make_passes(stack, inputs, base)
+        check_same_outputs(passes)
+        medians, host = median_pass_us(passes, budget_s)
+        rows.extend(
+            {"m": m, "path": p, "median_us": us, "host_us": host[p]} for p, us in medians.items()
+        )
+        ratios = "  ".join(
+            f"{p} {us / medians['bf16']:.3f}x (host {host[p]:.0f})" for p, us in medians.items()
+        )
+        log(f"  M={m:<6d} bf16 {medians['bf16']:9.1f} us/pass   {ratios}")
+        device = torch.device("cuda", torch.cuda.current_device())
+        stats = ahead.for_device(device).stats
+        result = {
+            "gpu": torch.cuda.get_device_name(),
+            "layers": [{"name": s.name, "n": s.n, "k": s.k} for s, _ in stack],
+            "block_scales": [128, 128],
+            "rows": rows,
+            "scratch_bytes": {
+                "plain": 2 * scratch.capacity(device, scratch.PLAIN_SLOT),
+                "ahead": 2 * sum(scratch.capacity(device, s) for s in scratch.AHEAD_SLOTS),
+            },
+            "ahead_calls": {"hits": stats.hits, "misses": stats.misses},
+        }
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        del inputs, passes
+    return result
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_dualpath.bench_model", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--out", type=Path, required=True, help="JSON results file")
+    parser.add_argument("--marlin-lib", help="Marlin library from tools/marlin/build.py")
+    parser.add_argument("--decoder-layers", type=int, default=4, help="decoder layers stacked")
+    parser.add_argument("--m", help="comma-separated M values (default: 512..8192)")
+    parser.add_argument("--budget-s", type=float, default=0.5, help="timed seconds per path")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    require_gpu_and_marlin(args.marlin_lib)
+    if args.decoder_layers < 1:
+        raise SystemExit("--decoder-layers must be at least 1")
+    m_values = [int(m) for m in args.m.split(",")] if args.m else list(M_VALUES)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    run(args.decoder_layers, m_values, args.budget_s, args.out)
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""Unpack ahead on the CPU: learned order, hits and misses, never a stale or wrong weight."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from fp8_cases import Case, build
+from marlin_standin import MarlinStandIn
+from vllm_dualpath import ahead, op, scratch, settings, unpack
+
+pytestmark = pytest.mark.interpreter
+
+CPU = torch.device("cpu")
+SHAPES = [Case(128, 256, "block"), Case(64, 128, "channel"), Case(192, 128, "block")]
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    scratch.release_all()
+    ahead.reset_all()
+    yield
+    scratch.release_all()
+    ahead.reset_all()
+
+
+def _jobs() -> list[ahead.Job]:
+    jobs = []
+    for index, case in enumerate(SHAPES):
+        _, packed, stored, _ = build(Case(case.size_n, case.size_k, case.scales, seed=index))
+        jobs.append(ahead.Job(packed, stored, case.size_n, case.size_k))
+    return jobs
+
+
+def _plain(job: ahead.Job) -> torch.Tensor:
+    return unpack.unpack_weight(job.weight, job.scales, job.size_n, job.size_k)
+
+
+def _forward(state: ahead.UnpackAhead, jobs: list[ahead.Job]) -> list[torch.Tensor]:
+    seen = []
+    for job in jobs:
+        with state.unpacked(job) as weight:
+            seen.append(weight.clone())
+    return seen
+
+
+def test_first_pass_learns_later_passes_hit_every_layer_but_the_first():
+    jobs = _jobs()
+    state = ahead.for_device(CPU)
+    expected = [_plain(job) for job in jobs]
+    for forward in range(3):
+        got = _forward(state, jobs)
+        for g, e in zip(got, expected, strict=True):
+            assert torch.equal(g.view(torch.int16), e.view(torch.int16))
+        if forward == 0:
+            assert (state.stats.hits, state.stats.misses, state.stats.prefetches) == (0, 3, 0)
+    # Passes two and three: the first layer misses (nothing crosses a pass), the others hit.
+    assert (state.stats.hits, state.stats.misses, state.stats.prefetches) == (4, 5, 4)
+
+
+def test_consecutive_layers_never_share_a_slot():
+    jobs = _jobs()
+    state = ahead.for_device(CPU)
+    _forward(state, jobs)
+    pointers = []
+    for job in jobs:
+        with state.unpacked(job) as weight:
+            pointers.append(weight.data_ptr())
+    assert all(a != b for a, b in itertools.pairwise(pointers))
+
+
+def test_a_call_off_the_learned_order_unpacks_its_own_weight():
+    jobs = _jobs()
+    state = ahead.for_device(CPU)
+    _forward(state, jobs)
+    _forward(state, [jobs[0], jobs[2], jobs[1]])  # layer 1 was prefetched, layer 2 came
+    got = _forward(state, [jobs[0], jobs[2], jobs[1]])
+    for job, weight in zip([jobs[0], jobs[2], jobs[1]], got, strict=True):
+        assert torch.equal(weight.view(torch.int16), _plain(job).view(torch.int16))
+    assert state.stats.misses >= 5
+
+
+def test_weights_changed_between_passes_are_never_served_stale():
+    jobs = _jobs()
+    state = ahead.for_device(CPU)
+    _forward(state, jobs)
+    _forward(state, jobs)
+    for job in jobs:
+        job.weight.copy_(job.weight.roll(1, dims=1))  # in place, as a weight reload would
+    got = _forward(state, jobs)
+    for job, weight in zip(jobs, got, strict=True):
+        assert torch.equal(weight.view(torch.int16), _plain(job).view(torch.int16))
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_op_unpacks_ahead_from_the_large_threshold_when_enabled(enabled):
+    op.install_marlin_apply(MarlinStandIn())
+    op.configure(settings.load({"DUALPATH_UNPACK_AHEAD": str(enabled).lower()}), None)
+    case = SHAPES[0]
+    _, packed, stored, _ = build(case)
+    try:
+        for m in (1024, 1100):
+            x = torch.randn(m, case.size_k).to(torch.bfloat16)
+            torch.ops.dualpath.fp8_marlin_linear(
+                x, packed, stored, None, case.size_n, case.size_k, None, True
+            )
+    finally:
+        op.install_marlin_apply(None)
+        op.configure(settings.load({}), None)
+    stats = ahead.for_device(CPU).stats
+    assert stats.hits + stats.misses == (2 if enabled else 0)
+    # The plain slot is grown either way: CUDA graphs captured later unpack into it.
+    assert scratch.capacity(CPU) >= case.size_n * case.size_k
+    assert (scratch.capacity(CPU, scratch.AHEAD_SLOTS[0]) > 0) == enabled
