@@ -94,14 +94,15 @@ def test_weights_changed_between_passes_are_never_served_stale():
         assert torch.equal(weight.view(torch.int16), _plain(job).view(torch.int16))
 
 
-@pytest.mark.parametrize("enabled", [True, False])
-def test_the_op_unpacks_ahead_from_the_large_threshold_when_enabled(enabled):
+@pytest.mark.parametrize(("enabled", "ahead_calls"), [(True, 1), (False, 0)])
+def test_the_op_unpacks_ahead_from_its_threshold_when_enabled(enabled, ahead_calls):
     op.install_marlin_apply(MarlinStandIn())
-    op.configure(settings.load({"DUALPATH_UNPACK_AHEAD": str(enabled).lower()}), None)
+    env = {"DUALPATH_UNPACK_AHEAD": str(enabled).lower(), "DUALPATH_UNPACK_AHEAD_MIN_M": "1100"}
+    op.configure(settings.load(env), None)
     case = SHAPES[0]
     _, packed, stored, _ = build(case)
     try:
-        for m in (1024, 1100):
+        for m in (1024, 1100):  # both on the unpack path; only 1100 reaches the ahead threshold
             x = torch.randn(m, case.size_k).to(torch.bfloat16)
             torch.ops.dualpath.fp8_marlin_linear(
                 x, packed, stored, None, case.size_n, case.size_k, None, True
@@ -110,7 +111,7 @@ def test_the_op_unpacks_ahead_from_the_large_threshold_when_enabled(enabled):
         op.install_marlin_apply(None)
         op.configure(settings.load({}), None)
     stats = ahead.for_device(CPU).stats
-    assert stats.hits + stats.misses == (2 if enabled else 0)
+    assert stats.hits + stats.misses == ahead_calls
     # The plain slot is grown either way: CUDA graphs captured later unpack into it.
     assert scratch.capacity(CPU) >= case.size_n * case.size_k
     assert (scratch.capacity(CPU, scratch.AHEAD_SLOTS[0]) > 0) == enabled

@@ -27,9 +27,10 @@ def test_values_are_read(tmp_path):
             "DUALPATH_STRICT": "Yes",
             "DUALPATH_CHANNEL_SCALE": "unpack",
             "DUALPATH_UNPACK_AHEAD": "0",
+            "DUALPATH_UNPACK_AHEAD_MIN_M": "4096",
         }
     )
-    assert current == settings.Settings(False, 32, 256, table, True, "unpack", False)
+    assert current == settings.Settings(False, 32, 256, table, True, "unpack", False, 4096)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +43,7 @@ def test_values_are_read(tmp_path):
         ("DUALPATH_LARGE_M_MIN", "1e3"),
         ("DUALPATH_CHANNEL_SCALE", "kernel"),
         ("DUALPATH_UNPACK_AHEAD", "sometimes"),
+        ("DUALPATH_UNPACK_AHEAD_MIN_M", "2k"),
         ("DUALPATH_CALIBRATION_TABLE", "/nonexistent/table.json"),
     ],
 )

@@ -140,7 +140,11 @@ def run(
 ) -> dict[str, object]:
     generator = torch.Generator(device="cuda")
     generator.manual_seed(1)
-    base = replace(configure_overlay(None), large_m_min=min(m_values), small_m_max=0)
+    # Every M takes the unpack path, ahead or in line as each pass asks.
+    first = min(m_values)
+    base = replace(
+        configure_overlay(None), small_m_max=0, large_m_min=first, unpack_ahead_min_m=first
+    )
     stack = build_stack(decoder_layers, generator)
     log(
         f"{torch.cuda.get_device_name()}: {len(stack)} dense layers ({decoder_layers} x "

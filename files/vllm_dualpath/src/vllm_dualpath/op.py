@@ -194,7 +194,8 @@ def fp8_marlin_linear(
         return _call_marlin(**arguments)
     current, _ = _current()
     x = input.reshape(m, size_k)
-    if current.unpack_ahead and m >= current.large_m_min and not scratch.capturing(input.device):
+    ahead_from = max(current.large_m_min, current.unpack_ahead_min_m)
+    if current.unpack_ahead and m >= ahead_from and not scratch.capturing(input.device):
         # Graphs captured later (mid-range M) unpack into the plain slot: keep it grown.
         if scratch.capacity(input.device) < size_n * size_k:
             scratch.acquire(input.device, size_n * size_k)

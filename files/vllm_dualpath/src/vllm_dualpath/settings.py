@@ -14,9 +14,13 @@ CALIBRATION_TABLE = "DUALPATH_CALIBRATION_TABLE"
 STRICT = "DUALPATH_STRICT"
 CHANNEL_SCALE = "DUALPATH_CHANNEL_SCALE"
 UNPACK_AHEAD = "DUALPATH_UNPACK_AHEAD"
+UNPACK_AHEAD_MIN_M = "DUALPATH_UNPACK_AHEAD_MIN_M"
 
 DEFAULT_SMALL_M_MAX = 20
 DEFAULT_LARGE_M_MIN = 1024
+# Below this the host time unpack-ahead adds per call outweighs the overlap (H200 measurement,
+# docs/perf/unpack-ahead-h200.md): those calls unpack in line.
+DEFAULT_UNPACK_AHEAD_MIN_M = 2048
 
 CHANNEL_SCALE_EPILOGUE = "epilogue"
 CHANNEL_SCALE_UNPACK = "unpack"
@@ -38,6 +42,7 @@ class Settings:
     strict: bool = False
     channel_scale: str = CHANNEL_SCALE_EPILOGUE
     unpack_ahead: bool = True
+    unpack_ahead_min_m: int = DEFAULT_UNPACK_AHEAD_MIN_M
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -99,4 +104,5 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
             (CHANNEL_SCALE_EPILOGUE, CHANNEL_SCALE_UNPACK),
         ),
         unpack_ahead=_flag(env, UNPACK_AHEAD, True),
+        unpack_ahead_min_m=_count(env, UNPACK_AHEAD_MIN_M, DEFAULT_UNPACK_AHEAD_MIN_M),
     )

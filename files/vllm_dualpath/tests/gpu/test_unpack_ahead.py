@@ -43,7 +43,8 @@ def test_ahead_gives_the_in_line_bits_on_every_pass(generator) -> None:
     torch.cuda.synchronize()
 
     ahead.reset_all()
-    op.configure(settings.Settings(small_m_max=0, large_m_min=1, unpack_ahead=True), None)
+    ahead_on = settings.Settings(small_m_max=0, large_m_min=1, unpack_ahead_min_m=1)
+    op.configure(ahead_on, None)
     for _ in range(4):
         got = _forward(layers, inputs)
         for index, (g, e) in enumerate(zip(got, expected, strict=True)):
