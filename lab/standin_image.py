@@ -55,5 +55,8 @@ def build() -> str:
         labctl.log(f"built {tag} ({image_id})")
     labctl.docker("tag", image_id, f"{REPOSITORY}:latest")
     ID_FILE.parent.mkdir(parents=True, exist_ok=True)
-    ID_FILE.write_text(image_id + "\n", encoding="utf-8")
+    # Replace, never rewrite in place: a scenario reading the pin meanwhile sees old or new.
+    partial = ID_FILE.with_name(ID_FILE.name + ".partial")
+    partial.write_text(image_id + "\n", encoding="utf-8")
+    partial.replace(ID_FILE)
     return image_id
