@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
+import weakref
 
 import pytest
 import torch
@@ -91,6 +93,20 @@ def test_weights_changed_between_passes_are_never_served_stale():
         job.weight.copy_(job.weight.roll(1, dims=1))  # in place, as a weight reload would
     got = _forward(state, jobs)
     for job, weight in zip(jobs, got, strict=True):
+        assert torch.equal(weight.view(torch.int16), _plain(job).view(torch.int16))
+
+
+def test_a_dropped_layer_is_neither_kept_alive_nor_prefetched():
+    jobs = _jobs()
+    state = ahead.for_device(CPU)
+    _forward(state, jobs)
+    gone = weakref.ref(jobs[1].weight)
+    survivors = [jobs[0], jobs[2]]
+    del jobs
+    gc.collect()
+    assert gone() is None  # what the state learned does not hold the weight
+    got = _forward(state, survivors)
+    for job, weight in zip(survivors, got, strict=True):
         assert torch.equal(weight.view(torch.int16), _plain(job).view(torch.int16))
 
 

@@ -1,7 +1,7 @@
 """Unpack ahead: the next layer's weight is unpacked on a side stream while this layer's GEMM runs.
 
 vLLM runs the dense layers of a forward pass in the same order every time, so the order seen
-once predicts the next unpack-path call. Each large-M call
+once predicts the next unpack-path call. Each call from ``DUALPATH_UNPACK_AHEAD_MIN_M`` up
 
 1. learns its place in that order (its predecessor's successor is this layer),
 2. takes its unpacked weight from the slot a previous call prefetched it into (a hit: the
@@ -23,6 +23,7 @@ On the CPU (tests) there are no streams: a prefetch runs at once, with the same 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +54,28 @@ class Job:
 Key = tuple[int, int, int, int]
 
 
+@dataclass(frozen=True)
+class _JobRef:
+    """A Job that does not keep its tensors alive (an unloaded model's weights must go)."""
+
+    weight: weakref.ref[torch.Tensor]
+    scales: weakref.ref[torch.Tensor] | None
+    size_n: int
+    size_k: int
+
+    @classmethod
+    def of(cls, job: Job) -> _JobRef:
+        scales = None if job.scales is None else weakref.ref(job.scales)
+        return cls(weakref.ref(job.weight), scales, job.size_n, job.size_k)
+
+    def job(self) -> Job | None:
+        weight = self.weight()
+        scales = None if self.scales is None else self.scales()
+        if weight is None or (self.scales is not None and scales is None):
+            return None
+        return Job(weight, scales, self.size_n, self.size_k)
+
+
 @dataclass
 class _Slot:
     index: int
@@ -81,7 +104,7 @@ class UnpackAhead:
     )
     _order: dict[Key, int] = field(default_factory=dict)
     _successor: dict[Key, Key] = field(default_factory=dict)
-    _jobs: dict[Key, Job] = field(default_factory=dict)
+    _jobs: dict[Key, _JobRef] = field(default_factory=dict)
     _previous: Key | None = None
     _pending: _Slot | None = None
     _stream: torch.cuda.Stream | None = None
@@ -103,7 +126,9 @@ class UnpackAhead:
         return buffer
 
     def _learn(self, key: Key, job: Job) -> None:
-        self._jobs[key] = job
+        known = self._jobs.get(key)
+        if known is None or known.weight() is not job.weight:
+            self._jobs[key] = _JobRef.of(job)
         self._order.setdefault(key, len(self._order))
         if self._previous is not None and self._previous != key:
             self._successor[self._previous] = key
@@ -131,7 +156,10 @@ class UnpackAhead:
         successor = self._successor.get(key)
         if successor is None or self._order[successor] <= self._order[key]:
             return
-        job = self._jobs[successor]
+        job = self._jobs[successor].job()
+        if job is None:  # its tensors are gone: forget it
+            del self._jobs[successor], self._successor[key]
+            return
         target = self._slots[1] if used is self._slots[0] else self._slots[0]
         buffer = self._buffer(target, job, current)
         target.holds = successor
