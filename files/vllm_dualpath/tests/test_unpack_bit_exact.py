@@ -194,6 +194,21 @@ def test_the_in_kernel_scale_check_alone_still_finds_every_rare_scale(monkeypatc
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_new_scales_at_a_reused_address_are_checked_again():
+    """A reloaded model may get the old scales' memory: the verdict must not carry over, even
+    to a tensor whose version counter starts again at zero."""
+    case = Case(128, 256, "block", seed=9)
+    _, packed, stored, _ = build(case)
+    unpack.unpack_weight(packed, stored.data, case.size_n, case.size_k)  # ordinary
+    stored.data.view(torch.int16)[0, 7] = 0x7FC1  # a NaN with a payload, through a fresh .data
+    fresh = stored.data  # same memory, a new tensor, version 0
+    assert fresh._version == 0
+    expected = layout.dequantize_reference(packed, fresh, case.size_n, case.size_k)
+    got = unpack.unpack_weight(packed, fresh, case.size_n, case.size_k)
+    assert torch.equal(bits(got), bits(expected))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_a_scale_changed_in_place_is_checked_again():
     case = Case(128, 256, "block", seed=8)
     _, packed, stored, _ = build(case)

@@ -20,6 +20,8 @@ BF16 pairs. See ``layout`` for the index math this inverts.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import triton
 import triton.language as tl
@@ -191,23 +193,25 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
         tl.store(out_ptr + out_n * row_items + out_k, tile, mask=mask)
 
 
-_ordinary: dict[tuple[int, int, int], bool] = {}
+# Per scale tensor address: (the tensor, its version, its verdict). The weak reference and the
+# version make a verdict die with its tensor and with any in-place change; one entry per address.
+_ordinary: dict[int, tuple[weakref.ref[torch.Tensor], int, bool]] = {}
 
 
 def _scales_are_ordinary(scales: torch.Tensor) -> bool | None:
     """True when every stored scale is ordinary (see the kernel), once per weight version;
     None when unknown (first seen while a CUDA graph is captured: no host sync allowed)."""
-    key = (scales.data_ptr(), scales._version, scales.numel())
-    known = _ordinary.get(key)
-    if known is not None:
-        return known
+    known = _ordinary.get(scales.data_ptr())
+    if known is not None and known[0]() is scales and known[1] == scales._version:
+        return known[2]
     if scales.is_cuda and torch.cuda.is_current_stream_capturing():
         return None
     bits = scales.view(torch.int16).to(torch.int32) & 0xFFFF
     exponent = (bits >> 7) & 255
     odd = ((exponent < 130) & ((bits & 0x7FFF) != 0)) | (exponent == 255)
-    known = _ordinary[key] = not bool(odd.any())
-    return known
+    verdict = not bool(odd.any())
+    _ordinary[scales.data_ptr()] = (weakref.ref(scales), scales._version, verdict)
+    return verdict
 
 
 def _check(packed: torch.Tensor, scales: torch.Tensor | None, size_n: int, size_k: int) -> int:
