@@ -53,7 +53,8 @@ def time_shape(
         for _ in range(sets)
     ]
     buffer = torch.empty(n * k, dtype=torch.bfloat16, device="cuda")
-    reference = _call(unpack.unpack_weight, layers[0], block, buffer)().clone()
+    current = [_call(unpack.unpack_weight, layer, block, buffer) for layer in layers]
+    reference = current[0]().clone()
     variants: dict[str, list[Callable[[], object]]] = {}
     same = True
     if older is not None:
@@ -62,11 +63,10 @@ def time_shape(
         variants["older"] = calls
     for tiles in (2, 4, 8):
         for warps in (4, 8):
-            calls = [_call(unpack.unpack_weight, layer, block, buffer) for layer in layers]
-            got = calls[0](tiles, warps)
+            got = current[0](tiles, warps)
             same &= torch.equal(got.view(torch.int16), reference.view(torch.int16))
             variants[f"kt{tiles}w{warps}"] = [
-                lambda call=call, t=tiles, w=warps: call(t, w) for call in calls
+                lambda call=call, t=tiles, w=warps: call(t, w) for call in current
             ]
     return timing.median_call_us_side_by_side(variants, 0.05), same
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from vllm_dualpath import timing
 from vllm_dualpath.bench_paths import (
     PATHS,
     configure_overlay,
+    log,
     make_weight_sets,
     path_factories,
     require_gpu_and_marlin,
@@ -68,10 +68,6 @@ SHAPES = (
 
 def weight_set_count(n: int, k: int) -> int:
     return max(2, min(MAX_WEIGHT_SETS, math.ceil(ROTATION_BYTES / (n * k))))
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def gpu_name() -> str:
@@ -188,7 +184,7 @@ def select_shapes(names: str | None) -> list[Shape]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    require_gpu_and_marlin(args.marlin_lib)
+    require_gpu_and_marlin(args.marlin_lib, "the benchmark")
     paths = [p for p in args.paths.split(",") if p]
     if unknown := [p for p in paths if p not in PATHS]:
         raise SystemExit(f"unknown paths {unknown}; known: {', '.join(PATHS)}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -30,6 +29,7 @@ from vllm_dualpath.bench import SHAPES, Shape
 from vllm_dualpath.bench_paths import (
     WeightSet,
     configure_overlay,
+    log,
     make_weight_sets,
     require_gpu_and_marlin,
 )
@@ -40,10 +40,6 @@ LAYER_SHAPES = ("qkv_proj", "o_proj", "shared_gate_up", "shared_down")
 WARMUP_PASSES = 3
 
 Pass = Callable[[], list[torch.Tensor]]
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def build_stack(decoder_layers: int, generator: torch.Generator) -> list[tuple[Shape, WeightSet]]:
@@ -199,7 +195,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    require_gpu_and_marlin(args.marlin_lib)
+    require_gpu_and_marlin(args.marlin_lib, "the model-level benchmark")
     if args.decoder_layers < 1:
         raise SystemExit("--decoder-layers must be at least 1")
     m_values = [int(m) for m in args.m.split(",")] if args.m else list(M_VALUES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,6 +47,11 @@ def make_weight_sets(
         sets.append(WeightSet(layer, dequantize_fp8(weight, scale, block_size)))
         del weight
     return sets
+
+
+def log(message: str) -> None:
+    """Progress for the benchmark commands, on stderr (their results go to files)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 PathFactory = Callable[[WeightSet, torch.Tensor], Callable[[], object]]
@@ -132,9 +138,9 @@ def configure_overlay(
     return current
 
 
-def require_gpu_and_marlin(marlin_lib: str | None) -> None:
-    """Stop with a message unless a CUDA GPU and vLLM's Marlin ops are here."""
+def require_gpu_and_marlin(marlin_lib: str | None, command: str) -> None:
+    """Stop with a message naming the command unless a CUDA GPU and vLLM's Marlin ops are here."""
     if not torch.cuda.is_available():
-        raise SystemExit("this benchmark needs a CUDA GPU")
+        raise SystemExit(f"{command} needs a CUDA GPU")
     if not load_marlin_library(marlin_lib):
         raise SystemExit("Marlin ops not found: pass --marlin-lib or run where vLLM is installed")

@@ -14,7 +14,6 @@ anyway; shapes not measured have no default and stay on Marlin too.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from vllm_dualpath import calibration, settings, timing
 from vllm_dualpath.bench import SHAPES, weight_set_count
 from vllm_dualpath.bench_paths import (
     configure_overlay,
+    log,
     make_weight_sets,
     path_factories,
     require_gpu_and_marlin,
@@ -32,10 +32,6 @@ from vllm_dualpath.bench_paths import (
 # Above the small-M threshold, denser where crossovers were seen (M = 64..2048 on an H200). A
 # measured shape decides every M above the small threshold, so the grid runs past the large one.
 M_GRID = (24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def crossover(
@@ -102,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--channel-scale", choices=("epilogue", "unpack"))
     parser.add_argument("--budget-s", type=float, default=timing.DEFAULT_BUDGET_S)
     args = parser.parse_args(argv)
-    require_gpu_and_marlin(args.marlin_lib)
+    require_gpu_and_marlin(args.marlin_lib, "calibration")
 
     current = configure_overlay(None, args.channel_scale)
     m_grid = [m for m in M_GRID if m > current.small_m_max] or [current.large_m_min]

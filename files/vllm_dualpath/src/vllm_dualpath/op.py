@@ -197,8 +197,7 @@ def fp8_marlin_linear(
     ahead_from = max(current.large_m_min, current.unpack_ahead_min_m)
     if current.unpack_ahead and m >= ahead_from and not scratch.capturing(input.device):
         # Graphs captured later (mid-range M) unpack into the plain slot: keep it grown.
-        if scratch.capacity(input.device) < size_n * size_k:
-            scratch.acquire(input.device, size_n * size_k)
+        scratch.acquire(input.device, size_n * size_k)
         scales = scales_for_unpack(weight_scale, current.channel_scale)
         job = ahead.Job(weight, scales, size_n, size_k)
         with ahead.for_device(input.device).unpacked(job) as unpacked:
