@@ -159,7 +159,12 @@ def run_rank0(
     )
     server = api.make_server(args.host, args.port, state)
     stop.running = True
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    # shutdown() waits for the serve loop's next poll: a short one closes the listener promptly
+    # after SIGTERM, as vLLM's server does (the default 0.5 s let new requests in meanwhile).
+    serve = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="http", daemon=True
+    )
+    serve.start()
     logger.info("Starting vLLM API server on http://%s:%d", args.host, args.port)
     logger.info("Application startup complete.")
     stop.event.wait()
