@@ -5,11 +5,14 @@
 Decoder layers of a TP2 rank (qkv, o_proj, shared-expert gate_up and down; each layer its own
 weights) run one after another for each M. Paths, timed side by side in turns: `bf16` (F.linear
 on the dequantized weights), `marlin` (vLLM's Marlin call), `unpack_cublas` (the overlay's op
-with every layer unpacked in line) and `unpack_ahead` (the op unpacking the next layer's weight
-on a side stream while this layer's GEMM runs, ``vllm_dualpath.ahead``). Passes are eager, as vLLM
+with every layer unpacked in line), `unpack_ahead` (the op unpacking the next layer's weight
+on a side stream while this layer's GEMM runs, ``vllm_dualpath.ahead``) and `fused` (the op
+running the fused W8A16 GEMM, ``vllm_dualpath.fused``). Passes are eager, as vLLM
 runs prefill batches larger than its captured sizes (the ahead path is off inside CUDA graphs);
 each median is of whole passes, with the host's time to issue a pass next to it.
-Before timing, every overlay path's outputs are checked bit for bit against in-line unpacking.
+Before timing, the overlay paths' outputs are checked against in-line unpacking: bit for bit
+where only the schedule differs (ahead), to a BF16 rounding where the sums run in another order
+(fused).
 """
 
 from __future__ import annotations
@@ -66,8 +69,8 @@ def make_passes(
     def marlin() -> list[torch.Tensor]:
         return [marlin_linear(x, w.marlin) for (_, w), x in pairs]
 
-    def overlay(unpack_ahead: bool) -> Pass:
-        current = replace(base, unpack_ahead=unpack_ahead)
+    def overlay(unpack_ahead: bool, fused_max_m: int = 0) -> Pass:
+        current = replace(base, unpack_ahead=unpack_ahead, fused_max_m=fused_max_m)
         dual = torch.ops.dualpath.fp8_marlin_linear
 
         def run() -> list[torch.Tensor]:
@@ -84,11 +87,18 @@ def make_passes(
         "marlin": marlin,
         "unpack_cublas": overlay(False),
         "unpack_ahead": overlay(True),
+        "fused": overlay(False, fused_max_m=1 << 62),
     }
 
 
+# Relative (Frobenius) distance allowed between sums of the same products in another order,
+# each rounded to BF16: a few times the rounding alone.
+SUM_ORDER_TOLERANCE = 1e-2
+
+
 def check_same_outputs(passes: dict[str, Pass]) -> None:
-    """The ahead path gives the in-line unpack's bits on every layer, twice in a row."""
+    """The ahead path gives the in-line unpack's bits on every layer, twice in a row; the
+    fused path its values, to the rounding of sums taken in another order."""
     expected = passes["unpack_cublas"]()
     for _ in range(2):
         got = passes["unpack_ahead"]()
@@ -96,6 +106,10 @@ def check_same_outputs(passes: dict[str, Pass]) -> None:
         bad = [i for i, (g, e) in pairs if not torch.equal(g, e)]
         if bad:
             raise SystemExit(f"unpack_ahead: layers {bad} differ from the in-line unpack")
+    for index, (fused, want) in enumerate(zip(passes["fused"](), expected, strict=True)):
+        distance = ((fused.float() - want.float()).norm() / want.float().norm()).item()
+        if not distance <= SUM_ORDER_TOLERANCE:
+            raise SystemExit(f"fused: layer {index} is {distance:.2e} away from the in-line unpack")
 
 
 def median_pass_us(
