@@ -83,3 +83,11 @@ def test_model_targets_use_the_default_path_at_each_m(inline_1024, ahead_4096, m
     table = model_report.markdown(_model_result(inline_1024, ahead_4096))
     assert "| 4096 | 100 | 2.500x | 0.950x |" in table and "32,768 more" in table
     assert "| unpack_ahead |" in table and "| unpack_cublas |" in table
+
+
+def test_model_table_states_host_call_costs_when_measured() -> None:
+    result = _model_result(105.0, 102.0)
+    assert "Host time to issue one call" not in model_report.markdown(result)
+    result["host_call_us"] = {"shape": "qkv_proj", "m": 512, "unpack_launch": 41.25, "linear": 9.5}
+    table = model_report.markdown(result)
+    assert "(qkv_proj, M = 512): 41.2 us for the unpack's launch, 9.5 us for `F.linear`" in table

@@ -122,34 +122,6 @@ def test_capture_without_scratch_falls_back_to_marlin(marlin, monkeypatch):
     assert torch.equal(out, expected)
 
 
-@pytest.mark.parametrize("mode", ["epilogue", "unpack"])
-def test_up_to_fused_max_m_the_fused_gemm_serves_without_scratch(marlin, mode):
-    env = {"DUALPATH_FUSED_MAX_M": "2048", "DUALPATH_CHANNEL_SCALE": mode}
-    op.configure(settings.load(env), None)
-    for case in (Case(100, 300, "channel"), Case(200, 300, "block")):
-        out, expected = _call(case, 1024, leading=(2,))  # M = 2048
-        assert out.shape == (2, 1024, case.size_n)
-        _close(out, expected)
-    assert marlin.calls == []
-    assert scratch.total_bytes(torch.device("cpu")) == 0
-    _call(Case(100, 300, "channel"), 2049)  # above it: unpacked into scratch
-    assert scratch.total_bytes(torch.device("cpu")) > 0
-
-
-@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-def test_rare_scales_leave_the_fused_gemm_for_the_unpack(marlin):
-    op.configure(settings.load({"DUALPATH_FUSED_MAX_M": "4096"}), None)
-    case = Case(128, 256, "block", seed=7)
-    _, packed, stored, _ = build(case)
-    stored.view(torch.int16)[0, 5] = 0x7F80  # an infinite scale
-    x = torch.randn(1024, case.size_k, generator=torch.Generator().manual_seed(2))
-    out = torch.ops.dualpath.fp8_marlin_linear(
-        x.to(torch.bfloat16), packed, stored, None, case.size_n, case.size_k, None, True
-    )
-    assert scratch.total_bytes(torch.device("cpu")) > 0
-    assert out.isinf().any() or out.isnan().any()  # Marlin's arithmetic, kept by the unpack
-
-
 def test_without_an_installed_marlin_the_error_says_so(marlin):
     op.install_marlin_apply(None)
     with pytest.raises(RuntimeError, match="no Marlin apply installed"):

@@ -28,10 +28,9 @@ def test_values_are_read(tmp_path):
             "DUALPATH_CHANNEL_SCALE": "unpack",
             "DUALPATH_UNPACK_AHEAD": "0",
             "DUALPATH_UNPACK_AHEAD_MIN_M": "4096",
-            "DUALPATH_FUSED_MAX_M": "512",
         }
     )
-    assert current == settings.Settings(False, 32, 256, table, True, "unpack", False, 4096, 512)
+    assert current == settings.Settings(False, 32, 256, table, True, "unpack", False, 4096)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +44,6 @@ def test_values_are_read(tmp_path):
         ("DUALPATH_CHANNEL_SCALE", "kernel"),
         ("DUALPATH_UNPACK_AHEAD", "sometimes"),
         ("DUALPATH_UNPACK_AHEAD_MIN_M", "2k"),
-        ("DUALPATH_FUSED_MAX_M", "-5"),
         ("DUALPATH_CALIBRATION_TABLE", "/nonexistent/table.json"),
     ],
 )

@@ -1,4 +1,4 @@
-"""Marlin FP8 words -> BF16 weight values in Triton registers: the unpack's and the fused GEMM's.
+"""Marlin FP8 words -> BF16 weight values in Triton registers, for the unpack kernel.
 
 Every weight element is FP8 value x true scale rounded to BF16 once, to nearest even. No step
 depends on how a backend rounds float -> bf16 casts, so the GPU and Triton's CPU interpreter
@@ -118,31 +118,26 @@ def decoded_pairs(  # type: ignore[no-untyped-def]
     HAS_SCALES: tl.constexpr,
     GROUPED: tl.constexpr,
     CHECK_SCALES: tl.constexpr,
-    N_TILES: tl.constexpr,
     K_TILES: tl.constexpr,
 ):
-    """int32 [N_TILES * 64, K_TILES * 8]: weight rows n = 64 * tile_n + i, each a row of BF16
-    pairs (even K in the low half) from K = 16 * K_TILES * block_k on; zero past the weight.
+    """int32 [64, K_TILES * 8]: weight rows n = 64 * tile_n + i, each a row of BF16 pairs (even
+    K in the low half) from K = 16 * K_TILES * block_k on; zero past the weight.
 
-    The block is K_TILES x N_TILES 16x64 tiles, each 256 consecutive words, read with plain
-    contiguous loads. Word 32a + 8t + 2w + r of tile (kt, nt) holds channel 16w + 8r + a of the
-    tile, K rows 16kt + 2t + {0, 1} in bytes {0, 2} and 16kt + 8 + 2t + {0, 1} in bytes {1, 3}:
-    each byte pair is two neighbouring BF16 results. The block is un-shuffled in registers.
+    The block is K_TILES 16x64 tiles of one column, each 256 consecutive words, read with plain
+    contiguous loads. Word 32a + 8t + 2w + r of tile kt holds channel 16w + 8r + a of the tile,
+    K rows 16kt + 2t + {0, 1} in bytes {0, 2} and 16kt + 8 + 2t + {0, 1} in bytes {1, 3}: each
+    byte pair is two neighbouring BF16 results. The block is un-shuffled in registers.
     """
     tile_rows = block_k * K_TILES + tl.arange(0, K_TILES)[:, None]
-    word_columns = tile_n * 256 + tl.arange(0, N_TILES * 256)[None, :]
+    word_columns = tile_n * 256 + tl.arange(0, 256)[None, :]
     in_weight = tile_rows < k_tiles
-    if N_TILES > 1:
-        # A block of several tiles may reach past the last one (the unpack's never does).
-        in_weight = in_weight & (word_columns < words_per_row)
     flat = tl.load(packed_ptr + tile_rows * words_per_row + word_columns, mask=in_weight, other=0)
-    words = tl.reshape(flat, (K_TILES, N_TILES, 8, 4, 4, 2))
-    kt = block_k * K_TILES + tl.arange(0, K_TILES)[:, None, None, None, None, None]
-    nt = tl.arange(0, N_TILES)[None, :, None, None, None, None]
-    a = tl.arange(0, 8)[None, None, :, None, None, None]
-    w = tl.arange(0, 4)[None, None, None, None, :, None]
-    r = tl.arange(0, 2)[None, None, None, None, None, :]
-    n = (tile_n + nt) * 64 + 16 * w + 8 * r + a
+    words = tl.reshape(flat, (K_TILES, 8, 4, 4, 2))
+    kt = block_k * K_TILES + tl.arange(0, K_TILES)[:, None, None, None, None]
+    a = tl.arange(0, 8)[None, :, None, None, None]
+    w = tl.arange(0, 4)[None, None, None, :, None]
+    r = tl.arange(0, 2)[None, None, None, None, :]
+    n = tile_n * 64 + 16 * w + 8 * r + a
     low_codes = words & 0x00FF00FF
     high_codes = (words >> 8) & 0x00FF00FF
 
@@ -173,9 +168,9 @@ def decoded_pairs(  # type: ignore[no-untyped-def]
         low = scaled_pair(low_codes, 0, False)
         high = scaled_pair(high_codes, 0, False)
 
-    # Axes (kt, nt, a, t, w, r, half) -> (nt, w, r, a | kt, half, t): rows n, K pairs in order.
-    pairs = tl.permute(tl.join(low, high), (1, 4, 5, 2, 0, 6, 3))
-    return tl.reshape(pairs, (N_TILES * 64, K_TILES * 8))
+    # Axes (kt, a, t, w, r, half) -> (w, r, a | kt, half, t): rows n, K pairs in order.
+    pairs = tl.permute(tl.join(low, high), (3, 4, 1, 0, 5, 2))
+    return tl.reshape(pairs, (64, K_TILES * 8))
 
 
 # Per scale tensor address: (the tensor, its version, its verdict). The weak reference and the

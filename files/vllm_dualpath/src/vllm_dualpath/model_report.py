@@ -19,13 +19,11 @@ from vllm_dualpath import settings
 # What a prefill pass through the dense layers may cost against BF16 weights.
 # (where, lowest M, highest M or None for open-ended, largest dual path / bf16).
 TARGETS = (("M = 1024", 1024, 1024, 1.10), ("M >= 2048", 2048, None, 1.03))
-PATHS = ("bf16", "marlin", "unpack_cublas", "unpack_ahead", "fused")
+PATHS = ("bf16", "marlin", "unpack_cublas", "unpack_ahead")
 
 
 def default_path(m: int) -> str:
     """The overlay path the op takes at M with its default settings (above the thresholds)."""
-    if m <= settings.DEFAULT_FUSED_MAX_M:
-        return "fused"
     if m >= settings.DEFAULT_UNPACK_AHEAD_MIN_M:
         return "unpack_ahead"
     return "unpack_cublas"
@@ -63,9 +61,9 @@ def markdown(result: dict[str, Any]) -> str:
         "Median time of a pass on the GPU's clock (us), time / BF16; host: median time the host",
         "took to issue the pass (us). Where host time reaches pass time, the host sets the pace.",
         "",
-        "| M | bf16 | marlin | unpack + cuBLAS | unpack ahead | fused | default | "
-        "host bf16 | host in-line | host ahead | host fused |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| M | bf16 | marlin | unpack + cuBLAS | unpack ahead | default | "
+        "host bf16 | host in-line | host ahead |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, paths in by_m(result).items():
         bf16 = paths["bf16"]["median_us"]
@@ -84,6 +82,14 @@ def markdown(result: dict[str, Any]) -> str:
         f"Scratch: {scratch['plain']:,} bytes for the plain buffer, {scratch['ahead']:,} more "
         "for the unpack-ahead double buffer.",
     ]
+    calls = result.get("host_call_us")
+    if calls:
+        lines += [
+            "",
+            f"Host time to issue one call alone ({calls['shape']}, M = {calls['m']}): "
+            f"{calls['unpack_launch']:.1f} us for the unpack's launch, {calls['linear']:.1f} us "
+            "for `F.linear`.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -100,7 +106,6 @@ def plot(result: dict[str, Any], png: Path) -> None:
         "marlin": ("Marlin FP8", "tab:orange"),
         "unpack_cublas": ("unpack + cuBLAS, in line", "tab:green"),
         "unpack_ahead": ("unpack ahead (side stream)", "tab:blue"),
-        "fused": ("fused W8A16 GEMM", "tab:red"),
     }
     for path, (label, color) in styles.items():
         if any(path not in table[m] for m in ms):

@@ -6,8 +6,7 @@ op (with a fake implementation for tracing):
 
 * M <= small threshold: the Marlin apply vLLM ships (installed by ``plugin.register``);
 * M >= large threshold: unpack the weight into scratch, then cuBLAS; by default the next
-  layer's weight is unpacked ahead on a side stream while this GEMM runs (``ahead``); up to
-  ``fused_max_m`` the fused W8A16 GEMM (``fused``) runs instead, with no unpacked copy;
+  layer's weight is unpacked ahead on a side stream while this GEMM runs (``ahead``);
 * in between: whatever the per-GPU calibration table says (Marlin when it has no answer).
 """
 
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional name
 
-from vllm_dualpath import ahead, fused, layout, scratch, settings, unpack
+from vllm_dualpath import ahead, layout, scratch, settings, unpack
 from vllm_dualpath.calibration import MARLIN, UNPACK, CalibrationTable
 from vllm_dualpath.calibration import load as load_table
 
@@ -195,17 +194,11 @@ def fp8_marlin_linear(
         return _call_marlin(**arguments)
     current, _ = _current()
     x = input.reshape(m, size_k)
-    scales = scales_for_unpack(weight_scale, current.channel_scale)
-    if m <= current.fused_max_m and fused.supported(x, scales):
-        channel_scales = weight_scale if scales is None else None
-        output = fused.fused_linear(
-            x.contiguous(), weight, scales, channel_scales, bias, size_n, size_k
-        )
-        return output.reshape(*input.shape[:-1], size_n)
     ahead_from = max(current.large_m_min, current.unpack_ahead_min_m)
     if current.unpack_ahead and m >= ahead_from and not scratch.capturing(input.device):
         # Graphs captured later (mid-range M) unpack into the plain slot: keep it grown.
         scratch.acquire(input.device, size_n * size_k)
+        scales = scales_for_unpack(weight_scale, current.channel_scale)
         job = ahead.Job(weight, scales, size_n, size_k)
         with ahead.for_device(input.device).unpacked(job) as unpacked:
             output = linear_on_unpacked(

@@ -15,15 +15,12 @@ STRICT = "DUALPATH_STRICT"
 CHANNEL_SCALE = "DUALPATH_CHANNEL_SCALE"
 UNPACK_AHEAD = "DUALPATH_UNPACK_AHEAD"
 UNPACK_AHEAD_MIN_M = "DUALPATH_UNPACK_AHEAD_MIN_M"
-FUSED_MAX_M = "DUALPATH_FUSED_MAX_M"
 
 DEFAULT_SMALL_M_MAX = 20
 DEFAULT_LARGE_M_MIN = 1024
 # Below this the host time unpack-ahead adds per call outweighs the overlap (H200 measurement,
 # docs/perf/unpack-ahead-h200.md): those calls unpack in line.
 DEFAULT_UNPACK_AHEAD_MIN_M = 2048
-# Calls on the unpack side up to this M run the fused W8A16 GEMM instead (0: never).
-DEFAULT_FUSED_MAX_M = 0
 
 CHANNEL_SCALE_EPILOGUE = "epilogue"
 CHANNEL_SCALE_UNPACK = "unpack"
@@ -46,7 +43,6 @@ class Settings:
     channel_scale: str = CHANNEL_SCALE_EPILOGUE
     unpack_ahead: bool = True
     unpack_ahead_min_m: int = DEFAULT_UNPACK_AHEAD_MIN_M
-    fused_max_m: int = DEFAULT_FUSED_MAX_M
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -109,5 +105,4 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         ),
         unpack_ahead=_flag(env, UNPACK_AHEAD, True),
         unpack_ahead_min_m=_count(env, UNPACK_AHEAD_MIN_M, DEFAULT_UNPACK_AHEAD_MIN_M),
-        fused_max_m=_count(env, FUSED_MAX_M, DEFAULT_FUSED_MAX_M),
     )

@@ -51,7 +51,6 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
         HAS_SCALES,
         GROUPED,
         CHECK_SCALES,
-        1,
         K_TILES,
     )
     out_n = tile_n * 64 + tl.arange(0, 64)[:, None]

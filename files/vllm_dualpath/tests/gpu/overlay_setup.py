@@ -9,19 +9,13 @@ from vllm_dualpath.marlin_reference import apply_fp8_marlin_linear
 
 
 def force(path: str, channel_scale: str = settings.CHANNEL_SCALE_EPILOGUE) -> None:
-    """Route every call of the op to one path ('marlin', 'unpack' in line or 'fused')."""
+    """Route every call of the op to one path ('marlin' or 'unpack')."""
     if path == "marlin":
         current = settings.Settings(
             small_m_max=1 << 30, large_m_min=(1 << 30) + 1, channel_scale=channel_scale
         )
     else:
-        current = settings.Settings(
-            small_m_max=0,
-            large_m_min=1,
-            channel_scale=channel_scale,
-            unpack_ahead=False,
-            fused_max_m=1 << 30 if path == "fused" else 0,
-        )
+        current = settings.Settings(small_m_max=0, large_m_min=1, channel_scale=channel_scale)
     op.configure(current, None)
     op.install_marlin_apply(apply_fp8_marlin_linear)
 

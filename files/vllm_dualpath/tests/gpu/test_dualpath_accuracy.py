@@ -1,5 +1,4 @@
-"""Marlin, unpack + cuBLAS and the fused GEMM through the custom op: same results, no NaN, every
-element written."""
+"""Marlin and unpack + cuBLAS through the custom op: same results, no NaN, every element written."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ def test_both_paths_agree_with_float64(shape, channel_scale, generator) -> None:
         x = torch.randn(m, k, device="cuda", generator=generator).to(torch.bfloat16)
         reference = x.double() @ dense.t() + bias.double()
         outputs = {}
-        for path in ("marlin", "unpack", "fused"):
+        for path in ("marlin", "unpack"):
             force(path, channel_scale)
             poison_allocator()
             out = torch.ops.dualpath.fp8_marlin_linear(
@@ -48,6 +47,5 @@ def test_both_paths_agree_with_float64(shape, channel_scale, generator) -> None:
             error = _relative_error(out, reference)
             assert error <= 1e-2, f"{path} M={m}: relative error {error:.2e} vs float64"
             outputs[path] = out
-        for path in ("unpack", "fused"):
-            between = _relative_error(outputs[path], outputs["marlin"].double())
-            assert between <= 1e-2, f"M={m}: {path} vs Marlin relative error {between:.2e}"
+        between = _relative_error(outputs["unpack"], outputs["marlin"].double())
+        assert between <= 1e-2, f"M={m}: unpack vs Marlin relative error {between:.2e}"

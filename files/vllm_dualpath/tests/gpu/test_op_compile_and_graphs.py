@@ -110,25 +110,3 @@ def test_capture_with_too_small_scratch_falls_back_to_marlin(layer, generator) -
     graph.replay()
     assert scratch.capacity(static_x.device) == 0, "capture must not allocate the scratch"
     assert torch.equal(static_out, _path_output(layer, static_x, "marlin"))
-
-
-@pytest.mark.parametrize("m", [64, 300, 2048])
-def test_fused_path_replays_inside_a_cuda_graph_without_scratch(layer, generator, m) -> None:
-    """The fused GEMM keeps no unpacked copy, so it serves graphs captured with no scratch."""
-    force("fused")
-    scratch.release_all()
-    static_x = torch.randn(m, K, device="cuda", generator=generator).to(torch.bfloat16)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        _op(layer, static_x)  # builds the kernel and checks the scales, as a warm-up run does
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = _op(layer, static_x)
-    assert scratch.capacity(static_x.device) == 0
-    for _ in range(2):
-        static_x.copy_(torch.randn(m, K, device="cuda", generator=generator))
-        graph.replay()
-        assert torch.equal(static_out, _op(layer, static_x)), "replay differs from eager fused"
-    default_thresholds()
