@@ -88,6 +88,13 @@ def test_model_targets_use_the_default_path_at_each_m(inline_1024, ahead_4096, m
 def test_model_table_states_host_call_costs_when_measured() -> None:
     result = _model_result(105.0, 102.0)
     assert "Host time to issue one call" not in model_report.markdown(result)
-    result["host_call_us"] = {"shape": "qkv_proj", "m": 512, "unpack_launch": 41.25, "linear": 9.5}
+    result["host_call_us"] = {
+        "shape": "qkv_proj",
+        "m": 512,
+        "unpack_launch": 12.25,
+        "unpack_launch_dispatched": 31.5,
+        "linear": 9.5,
+    }
     table = model_report.markdown(result)
-    assert "(qkv_proj, M = 512): 41.2 us for the unpack's launch, 9.5 us for `F.linear`" in table
+    assert "(qkv_proj, M = 512): 12.2 us for the unpack's launch as the op repeats it" in table
+    assert "(31.5 us through Triton's dispatch), 9.5 us for `F.linear`" in table

@@ -217,3 +217,36 @@ def test_a_scale_changed_in_place_is_checked_again():
     expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
     got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k)
     assert torch.equal(bits(got), bits(expected))
+
+
+def test_a_launch_is_repeated_only_for_the_same_arguments():
+    """The key of a repeated (direct) launch changes with everything that decides the launch."""
+    _, packed, stored, _ = build(Case(128, 256, "block", seed=8))
+    out = torch.empty(128 * 256 + 64, dtype=torch.bfloat16)
+
+    def key(**change: object) -> tuple[object, ...]:
+        arguments: dict[str, object] = {
+            "packed": packed,
+            "scales": stored,
+            "size_n": 128,
+            "size_k": 256,
+            "out": out,
+            "k_tiles": 4,
+            "num_warps": 4,
+        }
+        arguments.update(change)
+        return unpack._launch_key(**arguments)  # type: ignore[arg-type]
+
+    first = key()
+    assert key() == first
+    others = [
+        key(out=out[64:]),
+        key(scales=None),
+        key(scales=stored.clone()),
+        key(size_k=240),
+        key(k_tiles=2),
+        key(num_warps=8),
+    ]
+    assert all(other != first for other in others)
+    stored.view(torch.int16)[0, 0] = 0x7F80  # +inf in place: same address, new verdict
+    assert key() != first

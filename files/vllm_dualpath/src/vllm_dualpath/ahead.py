@@ -109,9 +109,25 @@ class UnpackAhead:
     _pending: _Slot | None = None
     _stream: torch.cuda.Stream | None = None
     _on_gpu: bool = False
+    # The caller's stream, as an object, and its handle: fetching the handle is cheap, building
+    # the object costs several microseconds per call.
+    _current: torch.cuda.Stream | None = None
+    _current_handle: int = 0
+    _index: int = 0
 
     def __post_init__(self) -> None:
         self._on_gpu = self.device.type == "cuda"
+        if self._on_gpu:
+            self._index = (
+                torch.cuda.current_device() if self.device.index is None else self.device.index
+            )
+
+    def _current_stream(self) -> torch.cuda.Stream:
+        handle = torch._C._cuda_getCurrentRawStream(self._index)
+        if self._current is None or handle != self._current_handle:
+            self._current = torch.cuda.current_stream(self.device)
+            self._current_handle = handle
+        return self._current
 
     def _buffer(self, slot: _Slot, job: Job, current: torch.cuda.Stream | None) -> torch.Tensor:
         numel = job.size_n * job.size_k
@@ -188,7 +204,7 @@ class UnpackAhead:
         """The job's BF16 weight, ready for the current stream inside the block."""
         key = job.key
         self._learn(key, job)
-        current = torch.cuda.current_stream(self.device) if self._on_gpu else None
+        current = self._current_stream() if self._on_gpu else None
         slot, weight = self._take(key, job, current)
         try:
             yield weight

@@ -134,12 +134,16 @@ HOST_CALLS = 200
 
 def host_call_us(shape: Shape, weights: WeightSet, x: torch.Tensor) -> dict[str, float]:
     """Host time to issue one call of each piece of the in-line path, alone (the GPU drains in
-    between): the unpack's Triton launch, and the GEMM's ``F.linear``."""
+    between): the unpack's launch, repeated directly as the op does and through Triton's
+    dispatch, side by side; and the GEMM's ``F.linear``."""
     buffer = torch.empty(shape.n * shape.k, dtype=torch.bfloat16, device=x.device)
     layer = weights.marlin
     calls: dict[str, Callable[[], object]] = {
         "unpack_launch": lambda: unpack.unpack_weight(
             layer.qweight, layer.scales, shape.n, shape.k, buffer
+        ),
+        "unpack_launch_dispatched": lambda: unpack.unpack_weight(
+            layer.qweight, layer.scales, shape.n, shape.k, buffer, direct=False
         ),
         "linear": lambda: torch.nn.functional.linear(x, buffer.view(shape.n, shape.k)),
     }

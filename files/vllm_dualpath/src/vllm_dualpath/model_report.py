@@ -87,8 +87,9 @@ def markdown(result: dict[str, Any]) -> str:
         lines += [
             "",
             f"Host time to issue one call alone ({calls['shape']}, M = {calls['m']}): "
-            f"{calls['unpack_launch']:.1f} us for the unpack's launch, {calls['linear']:.1f} us "
-            "for `F.linear`.",
+            f"{calls['unpack_launch']:.1f} us for the unpack's launch as the op repeats it "
+            f"({calls['unpack_launch_dispatched']:.1f} us through Triton's dispatch), "
+            f"{calls['linear']:.1f} us for `F.linear`.",
         ]
     return "\n".join(lines) + "\n"
 

@@ -31,15 +31,35 @@ def test_unpack_with_scales_is_bit_exact(shape, generator) -> None:
     scale = random_scales(n, k, block, "cuda", generator)
     layer = prepare_fp8_for_marlin(weight, scale, block)
     buffer = _poisoned(n * k)
-
-    got = unpack.unpack_weight(layer.qweight, layer.scales, n, k, out=buffer)
-
     expected = dequantize_fp8(weight, scale, block)
-    assert got.shape == (n, k)
-    assert not got.isnan().any(), "unwritten (poisoned) elements in the unpacked weight"
-    mismatches = (_bits(got) != _bits(expected)).sum().item()
-    assert mismatches == 0, f"{mismatches} of {n * k} elements differ from the exact dequant"
-    assert buffer[n * k :].isnan().all(), "the unpack wrote past the end of its output"
+
+    # The second call repeats the first one's launch directly (``unpack._known_launches``).
+    for call in ("first", "repeated"):
+        buffer.fill_(float("nan"))
+        got = unpack.unpack_weight(layer.qweight, layer.scales, n, k, out=buffer)
+        assert got.shape == (n, k)
+        assert not got.isnan().any(), f"{call}: unwritten (poisoned) elements in the weight"
+        mismatches = (_bits(got) != _bits(expected)).sum().item()
+        assert mismatches == 0, f"{call}: {mismatches} of {n * k} elements differ from the dequant"
+        assert buffer[n * k :].isnan().all(), f"{call}: the unpack wrote past its output"
+    assert unpack.launches_known() > 0
+
+
+def test_scales_changed_in_place_get_their_own_launch(generator) -> None:
+    """A repeated launch is keyed on the scales' verdict too: an infinite scale written in place
+    turns on the kernel's check for rare scales, as a first launch would."""
+    n, k, block = 512, 1024, (128, 128)
+    weight = random_fp8_weight(n, k, "cuda", generator)
+    layer = prepare_fp8_for_marlin(weight, random_scales(n, k, block, "cuda", generator), block)
+    buffer = _poisoned(n * k)
+    unpack.unpack_weight(layer.qweight, layer.scales, n, k, out=buffer)
+    known = unpack.launches_known()
+    layer.scales.view(torch.int16)[0, 3] = 0x7F80  # +inf
+    got = unpack.unpack_weight(layer.qweight, layer.scales, n, k, out=buffer)
+    assert unpack.launches_known() == known + 1
+    dispatched = unpack.unpack_weight(layer.qweight, layer.scales, n, k)  # no out: never direct
+    assert got.isinf().any()
+    assert torch.equal(_bits(got), _bits(dispatched))
 
 
 @pytest.mark.parametrize("shape", [s for s in ALL if s[2] is None], ids=shape_id)
