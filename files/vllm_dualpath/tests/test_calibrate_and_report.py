@@ -98,3 +98,16 @@ def test_model_table_states_host_call_costs_when_measured() -> None:
     table = model_report.markdown(result)
     assert "(qkv_proj, M = 512): 12.2 us for the unpack's launch as the op repeats it" in table
     assert "(31.5 us through Triton's dispatch), 9.5 us for `F.linear`" in table
+
+
+def test_model_table_names_the_timing_and_shows_clocks_when_measured() -> None:
+    result = _model_result(105.0, 102.0)
+    table = model_report.markdown(result)
+    assert table.startswith("Timing: `isolated` (each pass timed alone")
+    assert "SM clock" not in table
+    result["timing"] = "queued"
+    for row in result["rows"]:
+        row["sm_clock_mhz"] = 1500.0 if row["path"] == "bf16" else 1755.0
+    table = model_report.markdown(result)
+    assert table.startswith("Timing: `queued` (passes timed back to back")
+    assert "| 4096 | 1500 | 1755 | 1755 | 1755 |" in table

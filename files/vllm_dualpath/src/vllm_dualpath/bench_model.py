@@ -7,20 +7,23 @@ weights) run one after another for each M. Paths, timed side by side in turns: `
 on the dequantized weights), `marlin` (vLLM's Marlin call), `unpack_cublas` (the overlay's op
 with every layer unpacked in line) and `unpack_ahead` (the op unpacking the next layer's weight
 on a side stream while this layer's GEMM runs, ``vllm_dualpath.ahead``). Passes are eager, as vLLM
-runs prefill batches larger than its captured sizes (the ahead path is off inside CUDA graphs);
-each median is of whole passes, with the host's time to issue a pass next to it, and once the
-host's time to issue the in-line path's two pieces alone (``host_call_us``).
+runs prefill batches larger than its captured sizes (the ahead path is off inside CUDA graphs),
+each from an idle GPU or, with ``--timing queued``, back to back behind queued work (see
+``median_pass_us``); each median is of whole passes, with the host's time to issue a pass and
+the SM clock next to it, and once the host's time to issue the in-line path's pieces alone
+(``host_call_us``).
 Before timing, every overlay path's outputs are checked bit for bit against in-line unpacking.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -39,6 +42,7 @@ from vllm_dualpath.marlin_reference import marlin_linear
 M_VALUES = (512, 1024, 2048, 4096, 8192)
 LAYER_SHAPES = ("qkv_proj", "o_proj", "shared_gate_up", "shared_down")
 WARMUP_PASSES = 3
+BACK_TO_BACK = 3  # timed passes queued behind each untimed one (timing 'queued')
 
 Pass = Callable[[], list[torch.Tensor]]
 
@@ -99,33 +103,66 @@ def check_same_outputs(passes: dict[str, Pass]) -> None:
             raise SystemExit(f"unpack_ahead: layers {bad} differ from the in-line unpack")
 
 
-def median_pass_us(
-    passes: dict[str, Pass], budget_s: float
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median device time of a pass (events) and median host time to issue one (when the host
-    is as slow as the device, the pass is bound by Python and launches, not by kernels)."""
+TIMINGS = ("isolated", "queued")
+
+
+def _sm_clock_mhz() -> float | None:
+    """The SM clock now (NVML, while the GPU runs the queued passes), or None without NVML."""
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:  # no pynvml, or NVML unavailable: the clock is a note, not a result
+        return None
+
+
+@dataclass
+class PassTimes:
+    device_us: dict[str, float]
+    host_us: dict[str, float]
+    sm_clock_mhz: dict[str, float | None]
+
+
+def median_pass_us(passes: dict[str, Pass], budget_s: float, timing: str = "isolated") -> PassTimes:
+    """Median device time of a pass, median host time to issue one (when the host is as slow as
+    the device, the pass is bound by Python and launches, not by kernels) and the median SM
+    clock seen while the passes ran.
+
+    `isolated`: each pass alone, timed from an idle GPU (the host's first call is in the time).
+    `queued`: passes back to back behind an untimed one, each timed between CUDA events at its
+    edges, as the dense layers of a forward pass start behind work queued before them; the GPU
+    then runs without pause, so its clock settles where its power limit puts it."""
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     for run in passes.values():
         for _ in range(WARMUP_PASSES):
             run()
     torch.cuda.synchronize()
+    timed_per_turn = BACK_TO_BACK if timing == "queued" else 1
     device: dict[str, list[float]] = {name: [] for name in passes}
     host: dict[str, list[float]] = {name: [] for name in passes}
+    clocks: dict[str, list[float]] = {name: [] for name in passes}
     deadline = time.monotonic() + budget_s * len(passes)
     while min(len(t) for t in device.values()) < 5 or time.monotonic() < deadline:
         for name, run in passes.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            issued = time.perf_counter()
-            run()
-            host[name].append((time.perf_counter() - issued) * 1e6)
-            end.record()
-            end.synchronize()
-            device[name].append(start.elapsed_time(end) * 1e3)
+            edges = [torch.cuda.Event(enable_timing=True) for _ in range(timed_per_turn + 1)]
+            if timing == "queued":
+                run()
+            edges[0].record()
+            for edge in edges[1:]:
+                issued = time.perf_counter()
+                run()
+                host[name].append((time.perf_counter() - issued) * 1e6)
+                edge.record()
+            clock = _sm_clock_mhz()
+            if clock is not None:
+                clocks[name].append(clock)
+            edges[-1].synchronize()
+            device[name].extend(a.elapsed_time(b) * 1e3 for a, b in itertools.pairwise(edges))
         if min(len(t) for t in device.values()) >= 200:
             break
-    return (
+    return PassTimes(
         {name: statistics.median(t) for name, t in device.items()},
         {name: statistics.median(t) for name, t in host.items()},
+        {name: statistics.median(t) if t else None for name, t in clocks.items()},
     )
 
 
@@ -164,6 +201,7 @@ def run(
     m_values: Sequence[int],
     budget_s: float,
     out: Path,
+    timing: str = "isolated",
 ) -> dict[str, object]:
     generator = torch.Generator(device="cuda")
     generator.manual_seed(1)
@@ -190,9 +228,17 @@ def run(
         ]
         passes = make_passes(stack, inputs, base)
         check_same_outputs(passes)
-        medians, host = median_pass_us(passes, budget_s)
+        times = median_pass_us(passes, budget_s, timing)
+        medians, host = times.device_us, times.host_us
         rows.extend(
-            {"m": m, "path": p, "median_us": us, "host_us": host[p]} for p, us in medians.items()
+            {
+                "m": m,
+                "path": p,
+                "median_us": us,
+                "host_us": host[p],
+                "sm_clock_mhz": times.sm_clock_mhz[p],
+            }
+            for p, us in medians.items()
         )
         ratios = "  ".join(
             f"{p} {us / medians['bf16']:.3f}x (host {host[p]:.0f})" for p, us in medians.items()
@@ -204,6 +250,7 @@ def run(
             "gpu": torch.cuda.get_device_name(),
             "layers": [{"name": s.name, "n": s.n, "k": s.k} for s, _ in stack],
             "block_scales": [128, 128],
+            "timing": timing,
             "rows": rows,
             "scratch_bytes": {
                 "plain": 2 * scratch.capacity(device, scratch.PLAIN_SLOT),
@@ -226,6 +273,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--decoder-layers", type=int, default=4, help="decoder layers stacked")
     parser.add_argument("--m", help="comma-separated M values (default: 512..8192)")
     parser.add_argument("--budget-s", type=float, default=0.5, help="timed seconds per path")
+    parser.add_argument(
+        "--timing",
+        choices=TIMINGS,
+        default="isolated",
+        help="each pass from an idle GPU (default), or passes queued back to back",
+    )
     return parser.parse_args(argv)
 
 
@@ -236,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--decoder-layers must be at least 1")
     m_values = [int(m) for m in args.m.split(",")] if args.m else list(M_VALUES)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    run(args.decoder_layers, m_values, args.budget_s, args.out)
+    run(args.decoder_layers, m_values, args.budget_s, args.out, args.timing)
     log(f"wrote {args.out}")
     return 0
 

@@ -52,8 +52,38 @@ def target_lines(result: dict[str, Any]) -> list[tuple[str, float, float, bool]]
     return lines
 
 
+TIMING_NOTES = {
+    "isolated": "each pass timed alone, from an idle GPU",
+    "queued": "passes timed back to back behind queued work, the GPU never pausing",
+}
+
+
+def _clock_table(result: dict[str, Any]) -> list[str]:
+    """Median SM clock (MHz) while each path's passes ran; nothing if it was not measured."""
+    table = by_m(result)
+    if not any(row.get("sm_clock_mhz") for paths in table.values() for row in paths.values()):
+        return []
+    lines = [
+        "",
+        "SM clock while the passes ran (MHz, median; NVML):",
+        "",
+        "| M | bf16 | marlin | unpack + cuBLAS | unpack ahead |",
+        "|---|---|---|---|---|",
+    ]
+    for m, paths in table.items():
+        clocks = [paths.get(p, {}).get("sm_clock_mhz") for p in PATHS]
+        lines.append(f"| {m} | " + " | ".join(f"{c:.0f}" if c else "-" for c in clocks) + " |")
+    return lines
+
+
 def markdown(result: dict[str, Any]) -> str:
-    lines = ["| target: dual path (defaults) / bf16 | worst | limit | met |", "|---|---|---|---|"]
+    timing = result.get("timing", "isolated")
+    lines = [
+        f"Timing: `{timing}` ({TIMING_NOTES.get(timing, 'unknown')}).",
+        "",
+        "| target: dual path (defaults) / bf16 | worst | limit | met |",
+        "|---|---|---|---|",
+    ]
     for where, worst, limit, met in target_lines(result):
         lines.append(f"| {where} | {worst:.3f} | {limit:.2f} | {'yes' if met else '**no**'} |")
     lines += [
@@ -82,6 +112,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Scratch: {scratch['plain']:,} bytes for the plain buffer, {scratch['ahead']:,} more "
         "for the unpack-ahead double buffer.",
     ]
+    lines += _clock_table(result)
     calls = result.get("host_call_us")
     if calls:
         lines += [
@@ -136,7 +167,8 @@ def plot(result: dict[str, Any], png: Path) -> None:
     host_axis.set_title("near 1: the host, not the GPU, sets the pace", fontsize=10)
     ratio_axis.legend(fontsize=8)
     fig.suptitle(
-        f"{result['gpu']}: {len(result['layers'])} dense layers of a TP2 rank in forward order",
+        f"{result['gpu']}: {len(result['layers'])} dense layers of a TP2 rank in forward order "
+        f"({result.get('timing', 'isolated')} passes)",
         fontsize=11,
     )
     fig.tight_layout()
