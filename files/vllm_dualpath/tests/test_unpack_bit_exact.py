@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fp8_cases import Case, all_codes_weight, bits, build, random_scales
-from vllm_dualpath import decode, layout, unpack
+from vllm_dualpath import layout, unpack
 
 pytestmark = pytest.mark.interpreter
 
@@ -183,7 +183,7 @@ def test_zero_and_negative_channel_scales():
 @pytest.mark.parametrize("rare", [False, True])
 def test_the_in_kernel_scale_check_alone_still_finds_every_rare_scale(monkeypatch, rare: bool):
     """Inside graph capture the host cannot look at the scales: the kernel checks them."""
-    monkeypatch.setattr(decode, "scales_are_ordinary", lambda scales: None)
+    monkeypatch.setattr(unpack, "_scales_are_ordinary", lambda scales: None)
     case = Case(128, 256, "block", seed=7)
     _, packed, stored, _ = build(case)
     if rare:

@@ -71,7 +71,7 @@ def _clock_table(result: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for m, paths in table.items():
-        clocks = [paths.get(p, {}).get("sm_clock_mhz") for p in PATHS]
+        clocks = [paths[p].get("sm_clock_mhz") for p in PATHS]
         lines.append(f"| {m} | " + " | ".join(f"{c:.0f}" if c else "-" for c in clocks) + " |")
     return lines
 
@@ -97,8 +97,8 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for m, paths in by_m(result).items():
         bf16 = paths["bf16"]["median_us"]
-        cells = [f"{paths[p]['median_us'] / bf16:.3f}x" if p in paths else "-" for p in PATHS[1:]]
-        hosts = [f"{paths[p]['host_us']:.0f}" if p in paths else "-" for p in PATHS[:1] + PATHS[2:]]
+        cells = [f"{paths[p]['median_us'] / bf16:.3f}x" for p in PATHS[1:]]
+        hosts = [f"{paths[p]['host_us']:.0f}" for p in ("bf16", "unpack_cublas", "unpack_ahead")]
         lines.append(
             f"| {m} | {bf16:.0f} | "
             + " | ".join(cells)
@@ -140,8 +140,6 @@ def plot(result: dict[str, Any], png: Path) -> None:
         "unpack_ahead": ("unpack ahead (side stream)", "tab:blue"),
     }
     for path, (label, color) in styles.items():
-        if any(path not in table[m] for m in ms):
-            continue
         ratios = [table[m][path]["median_us"] / table[m]["bf16"]["median_us"] for m in ms]
         ratio_axis.plot(ms, ratios, label=label, color=color, marker="o", markersize=3)
         host_axis.plot(
