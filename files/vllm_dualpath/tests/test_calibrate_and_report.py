@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vllm_dualpath import model_report
@@ -58,8 +60,20 @@ def test_each_target_can_be_missed(dual_small, dual_large, unpack_gbps, missed) 
     assert [c.target for c in result if not c.met and missed in c.target], result
 
 
+@pytest.fixture
+def ahead_from_2048(monkeypatch):
+    """Unpack ahead from M = 2048 only, so the two M of ``_model_result`` take different paths."""
+    monkeypatch.setattr(model_report.settings, "DEFAULT_UNPACK_AHEAD_MIN_M", 2048)
+
+
+def test_the_default_path_is_ahead_from_the_large_m_threshold_up() -> None:
+    assert model_report.default_path(1024) == "unpack_ahead"
+    assert model_report.default_path(8192) == "unpack_ahead"
+
+
 def _model_result(inline_1024: float, ahead_4096: float) -> dict:
-    """Only the path the op takes by default at each M decides: in line at 1024, ahead at 4096."""
+    """With ``ahead_from_2048``, only the path the op takes at each M decides: in line at 1024,
+    ahead at 4096."""
     rows = []
     for m, inline, ahead in ((1024, inline_1024, 90.0), (4096, 95.0, ahead_4096)):
         times = {"bf16": 100.0, "marlin": 250.0, "unpack_cublas": inline, "unpack_ahead": ahead}
@@ -76,7 +90,9 @@ def _model_result(inline_1024: float, ahead_4096: float) -> dict:
     ("inline_1024", "ahead_4096", "met"),
     [(109.0, 102.0, [True, True]), (111.0, 102.0, [False, True]), (105.0, 104.0, [True, False])],
 )
-def test_model_targets_use_the_default_path_at_each_m(inline_1024, ahead_4096, met) -> None:
+def test_model_targets_use_the_default_path_at_each_m(
+    ahead_from_2048, inline_1024, ahead_4096, met
+) -> None:
     lines = model_report.target_lines(_model_result(inline_1024, ahead_4096))
     assert [where for where, *_ in lines] == ["M = 1024", "M >= 2048"]
     assert [ok for *_, ok in lines] == met
@@ -111,3 +127,48 @@ def test_model_table_names_the_timing_and_shows_clocks_when_measured() -> None:
     table = model_report.markdown(result)
     assert table.startswith("Timing: `queued` (passes timed back to back")
     assert "| 4096 | 1500 | 1755 | 1755 | 1755 |" in table
+
+
+def test_model_table_states_how_much_unpacking_ahead_hides(ahead_from_2048) -> None:
+    # At 1024: in line 120 us and ahead 90 us against BF16's 100; at 4096 in line costs 95.
+    table = model_report.markdown(_model_result(120.0, 102.0))
+    assert "| 1024 | 100 | 2.500x | 1.200x | 0.900x | 150% | unpack_cublas |" in table
+    assert "| 4096 | 100 | 2.500x | 0.950x | 1.020x | - | unpack_ahead |" in table
+    paths = {
+        "bf16": {"median_us": 100.0},
+        "unpack_cublas": {"median_us": 120.0},
+        "unpack_ahead": {"median_us": 125.0},
+    }
+    assert model_report.ahead_hides(paths) == pytest.approx(-0.25)
+
+
+def test_decoder_step_results_are_not_judged_on_the_dense_targets() -> None:
+    result = _model_result(111.0, 104.0)
+    assert "Step: `dense`" in model_report.markdown(result)
+    result.update(step="decoder", link_gbs=200.0)
+    assert model_report.target_lines(result) == []
+    table = model_report.markdown(result)
+    assert "| target:" not in table
+    assert "all-reduce stand-in after o_proj and after the shared expert at 200 GB/s" in table
+    result["link_gbs"] = None
+    assert "no all-reduce stand-in" in model_report.markdown(result)
+
+
+def test_several_results_are_reported_one_after_another(ahead_from_2048, tmp_path, capsys) -> None:
+    dense = _model_result(111.0, 102.0)
+    decoder = {**_model_result(120.0, 101.0), "step": "decoder", "link_gbs": 200.0}
+    files = []
+    for name, result in (("dense", dense), ("decoder", decoder)):
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps(result))
+    markdown, png = tmp_path / "both.md", tmp_path / "both.png"
+    assert (
+        model_report.main([*map(str, files), "--markdown", str(markdown), "--png", str(png)]) == 0
+    )
+    text = markdown.read_text()
+    first = text.index("### dense step, isolated passes")
+    second = text.index("### decoder step, link 200 GB/s, isolated passes")
+    assert first < text.index("| M = 1024 | 1.110 | 1.10 | **no** |") < second
+    assert text.count("| target:") == 1
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert "MISSED dual path / bf16 at M = 1024: 1.110" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Unpack ahead: the next layer's weight is unpacked on a side stream while this layer's GEMM runs.
+"""Unpack ahead: the next layer's weight is unpacked on a side stream before its call comes.
 
 vLLM runs the dense layers of a forward pass in the same order every time, so the order seen
 once predicts the next unpack-path call. Each call from ``DUALPATH_UNPACK_AHEAD_MIN_M`` up
@@ -7,10 +7,12 @@ once predicts the next unpack-path call. Each call from ``DUALPATH_UNPACK_AHEAD_
 2. takes its unpacked weight from the slot a previous call prefetched it into (a hit: the
    current stream waits for the side stream's event), or unpacks it now (a miss),
 3. runs its GEMM inside the ``with`` block;
-4. on leaving it, records that its slot is free again and starts the unpack of its predicted
-   successor into the other slot, on the side stream. Launched after the GEMM, the unpack
-   takes the SMs the GEMM leaves and runs on when it ends. (Making cuBLAS leave SMs free
-   for it, with a small unpack grid there, measured slower: docs/perf/unpack-ahead-h200.md.)
+4. on leaving it, records that its slot is free again and queues the unpack of its predicted
+   successor into the other slot, on the side stream, to start when this GEMM has ended: it
+   then runs in the work between the two dense layers (attention, the SiLU-and-mul, the TP2
+   all-reduce, during which the GPU mostly waits on the link), not against the GEMM, whose
+   cuBLAS kernel holds every SM. (Making cuBLAS leave SMs free for it, with a small unpack
+   grid there, measured slower: docs/perf/unpack-ahead-h200.md.)
 
 A prediction is only a guess: a call that does not match it unpacks its own weight, so results
 never depend on it. Nothing is prefetched across the end of a forward pass (a successor earlier
@@ -114,6 +116,9 @@ class UnpackAhead:
     _current: torch.cuda.Stream | None = None
     _current_handle: int = 0
     _index: int = 0
+    # Start each prefetch when this layer's GEMM has ended, not as soon as its slot is free
+    # (False: benchmarks compare the two).
+    after_gemm: bool = True
 
     def __post_init__(self) -> None:
         self._on_gpu = self.device.type == "cuda"
@@ -189,6 +194,8 @@ class UnpackAhead:
         side = self._stream
         if target.free is not None:
             side.wait_event(target.free)
+        if self.after_gemm and used.free is not None:
+            side.wait_event(used.free)
         # set_stream rather than the torch.cuda.stream context: fewer host calls per layer.
         torch.cuda.set_stream(side)
         try:

@@ -5,14 +5,22 @@
 Decoder layers of a TP2 rank (qkv, o_proj, shared-expert gate_up and down; each layer its own
 weights) run one after another for each M. Paths, timed side by side in turns: `bf16` (F.linear
 on the dequantized weights), `marlin` (vLLM's Marlin call), `unpack_cublas` (the overlay's op
-with every layer unpacked in line) and `unpack_ahead` (the op unpacking the next layer's weight
-on a side stream while this layer's GEMM runs, ``vllm_dualpath.ahead``). Passes are eager, as vLLM
+with every layer unpacked in line), `unpack_ahead` (the op unpacking the next layer's weight on a
+side stream from the end of this layer's GEMM, ``vllm_dualpath.ahead``) and
+`unpack_ahead_slot_free` (the same, each prefetch started as soon as its slot is free, so against
+this layer's GEMM: the alternative, measured beside it). Passes are eager, as vLLM
 runs prefill batches larger than its captured sizes (the ahead path is off inside CUDA graphs),
 each from an idle GPU or, with ``--timing queued``, back to back behind queued work (see
 ``median_pass_us``); each median is of whole passes, with the host's time to issue a pass and
 the SM clock next to it, and once the host's time to issue the in-line path's pieces alone
 (``host_call_us``).
 Before timing, every overlay path's outputs are checked bit for bit against in-line unpacking.
+
+``--step dense`` (the default) runs the dense layers alone, back to back: nothing else for the
+unpack to hide under, and the step the targets in ``model_report`` are set on. ``--step decoder``
+runs each decoder layer's other work between them as a prefill step does (``step_work``):
+attention after qkv, the SiLU-and-mul before the expert's down, and, with ``--link-gbs``, a
+stand-in for each TP2 all-reduce holding the GPU as long as the link would.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from vllm_dualpath import ahead, op, scratch, settings, unpack
+from vllm_dualpath import ahead, op, scratch, settings, step_work, unpack
 from vllm_dualpath.bench import SHAPES, Shape
 from vllm_dualpath.bench_paths import (
     WeightSet,
@@ -58,29 +66,48 @@ def build_stack(decoder_layers: int, generator: torch.Generator) -> list[tuple[S
     return stack
 
 
+Layer = Callable[[Shape, WeightSet, torch.Tensor], torch.Tensor]
+STEPS = ("dense", "decoder")
+
+
 def make_passes(
     stack: list[tuple[Shape, WeightSet]],
     inputs: list[torch.Tensor],
     base: settings.Settings,
+    work_after: dict[int, step_work.Work] | None = None,
 ) -> dict[str, Pass]:
-    pairs = list(zip(stack, inputs, strict=True))
+    """One pass per path: every dense layer in order, each followed by its ``work_after``."""
+    pairs = list(enumerate(zip(stack, inputs, strict=True)))
+    after = work_after or {}
+
+    def through(layer: Layer) -> list[torch.Tensor]:
+        outputs = []
+        for index, ((shape, weights), x) in pairs:
+            outputs.append(layer(shape, weights, x))
+            work = after.get(index)
+            if work is not None:
+                work()
+        return outputs
 
     def dense() -> list[torch.Tensor]:
-        return [torch.nn.functional.linear(x, w.dense) for (_, w), x in pairs]
+        return through(lambda _, w, x: torch.nn.functional.linear(x, w.dense))
 
     def marlin() -> list[torch.Tensor]:
-        return [marlin_linear(x, w.marlin) for (_, w), x in pairs]
+        return through(lambda _, w, x: marlin_linear(x, w.marlin))
 
-    def overlay(unpack_ahead: bool) -> Pass:
+    def overlay(unpack_ahead: bool, after_gemm: bool = True) -> Pass:
         current = replace(base, unpack_ahead=unpack_ahead)
         dual = torch.ops.dualpath.fp8_marlin_linear
+        state = ahead.for_device(inputs[0].device)
+
+        def layer(s: Shape, w: WeightSet, x: torch.Tensor) -> torch.Tensor:
+            m = w.marlin
+            return dual(x, m.qweight, m.scales, None, s.n, s.k, m.bias, True)  # type: ignore[no-any-return]
 
         def run() -> list[torch.Tensor]:
             op.configure(current, None)
-            return [
-                dual(x, w.marlin.qweight, w.marlin.scales, None, s.n, s.k, w.marlin.bias, True)
-                for (s, w), x in pairs
-            ]
+            state.after_gemm = after_gemm
+            return through(layer)
 
         return run
 
@@ -89,18 +116,23 @@ def make_passes(
         "marlin": marlin,
         "unpack_cublas": overlay(False),
         "unpack_ahead": overlay(True),
+        "unpack_ahead_slot_free": overlay(True, after_gemm=False),
     }
 
 
+AHEAD_PATHS = ("unpack_ahead", "unpack_ahead_slot_free")
+
+
 def check_same_outputs(passes: dict[str, Pass]) -> None:
-    """The ahead path gives the in-line unpack's bits on every layer, twice in a row."""
+    """Each ahead path gives the in-line unpack's bits on every layer, twice in a row."""
     expected = passes["unpack_cublas"]()
-    for _ in range(2):
-        got = passes["unpack_ahead"]()
-        pairs = enumerate(zip(got, expected, strict=True))
-        bad = [i for i, (g, e) in pairs if not torch.equal(g, e)]
-        if bad:
-            raise SystemExit(f"unpack_ahead: layers {bad} differ from the in-line unpack")
+    for name in AHEAD_PATHS:
+        for _ in range(2):
+            got = passes[name]()
+            pairs = enumerate(zip(got, expected, strict=True))
+            bad = [i for i, (g, e) in pairs if not torch.equal(g, e)]
+            if bad:
+                raise SystemExit(f"{name}: layers {bad} differ from the in-line unpack")
 
 
 TIMINGS = ("isolated", "queued")
@@ -202,7 +234,13 @@ def run(
     budget_s: float,
     out: Path,
     timing: str = "isolated",
+    step: str = "dense",
+    link_gbs: float | None = None,
 ) -> dict[str, object]:
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {STEPS}, got {step!r}")
+    if link_gbs is not None and step != "decoder":
+        raise ValueError("a link wait belongs to the decoder step")
     generator = torch.Generator(device="cuda")
     generator.manual_seed(1)
     # Every M takes the unpack path, ahead or in line as each pass asks.
@@ -213,8 +251,10 @@ def run(
     stack = build_stack(decoder_layers, generator)
     log(
         f"{torch.cuda.get_device_name()}: {len(stack)} dense layers ({decoder_layers} x "
-        f"{'+'.join(LAYER_SHAPES)}), 128x128 block scales"
+        f"{'+'.join(LAYER_SHAPES)}), 128x128 block scales, {step} step"
+        + ("" if link_gbs is None else f", all-reduce stand-in at {link_gbs:g} GB/s")
     )
+    layer_names = [s.name for s, _ in stack]
     rows: list[dict[str, object]] = []
     result: dict[str, object] = {}
     first_shape, first_weights = stack[0]
@@ -226,7 +266,12 @@ def run(
             torch.randn(m, s.k, device="cuda", generator=generator).to(torch.bfloat16)
             for s, _ in stack
         ]
-        passes = make_passes(stack, inputs, base)
+        work_after = (
+            step_work.decoder_work(layer_names, m, link_gbs, generator, torch.device("cuda"))
+            if step == "decoder"
+            else {}
+        )
+        passes = make_passes(stack, inputs, base, work_after)
         check_same_outputs(passes)
         times = median_pass_us(passes, budget_s, timing)
         medians, host = times.device_us, times.host_us
@@ -251,6 +296,8 @@ def run(
             "layers": [{"name": s.name, "n": s.n, "k": s.k} for s, _ in stack],
             "block_scales": [128, 128],
             "timing": timing,
+            "step": step,
+            "link_gbs": link_gbs,
             "rows": rows,
             "scratch_bytes": {
                 "plain": 2 * scratch.capacity(device, scratch.PLAIN_SLOT),
@@ -260,7 +307,7 @@ def run(
             "host_call_us": {"shape": first_shape.name, "m": first, **host_calls},
         }
         out.write_text(json.dumps(result, indent=1) + "\n")
-        del inputs, passes
+        del inputs, passes, work_after
     return result
 
 
@@ -279,17 +326,44 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="isolated",
         help="each pass from an idle GPU (default), or passes queued back to back",
     )
+    parser.add_argument(
+        "--step",
+        choices=STEPS,
+        default="dense",
+        help="the dense layers alone (default), or with each decoder layer's other work",
+    )
+    parser.add_argument(
+        "--link-gbs",
+        type=float,
+        help="decoder step: TP2 all-reduce bus bandwidth in GB/s, for a stand-in wait after "
+        "o_proj and after the shared expert (default: no wait)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    require_gpu_and_marlin(args.marlin_lib, "the model-level benchmark")
     if args.decoder_layers < 1:
         raise SystemExit("--decoder-layers must be at least 1")
-    m_values = [int(m) for m in args.m.split(",")] if args.m else list(M_VALUES)
+    if args.link_gbs is not None and (args.step != "decoder" or args.link_gbs <= 0):
+        raise SystemExit("--link-gbs needs --step decoder and a positive bandwidth")
+    try:
+        m_values = [int(m) for m in args.m.split(",")] if args.m else list(M_VALUES)
+    except ValueError:
+        raise SystemExit(f"--m takes comma-separated whole numbers, got {args.m!r}") from None
+    if min(m_values) < 1:
+        raise SystemExit("--m values must be at least 1")
+    require_gpu_and_marlin(args.marlin_lib, "the model-level benchmark")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    run(args.decoder_layers, m_values, args.budget_s, args.out, args.timing)
+    run(
+        args.decoder_layers,
+        m_values,
+        args.budget_s,
+        args.out,
+        args.timing,
+        args.step,
+        args.link_gbs,
+    )
     log(f"wrote {args.out}")
     return 0
 

@@ -1,6 +1,7 @@
 """Targets, a table and a plot from a model-level benchmark (python -m vllm_dualpath.bench_model).
 
     python -m vllm_dualpath.model_report model.json --png model.png --markdown model.md
+    python -m vllm_dualpath.model_report step-a.json step-b.json --png steps.png --markdown steps.md
 
 Needs matplotlib for the plot only; runs anywhere (no GPU).
 """
@@ -20,6 +21,22 @@ from vllm_dualpath import settings
 # (where, lowest M, highest M or None for open-ended, largest dual path / bf16).
 TARGETS = (("M = 1024", 1024, 1024, 1.10), ("M >= 2048", 2048, None, 1.03))
 PATHS = ("bf16", "marlin", "unpack_cublas", "unpack_ahead")
+# Unpacking ahead with each prefetch started as soon as its slot is free, not after the GEMM
+# that launched it: measured beside the default for comparison (results from before it lack it).
+SLOT_FREE = "unpack_ahead_slot_free"
+HEADINGS = {
+    "bf16": "bf16",
+    "marlin": "marlin",
+    "unpack_cublas": "unpack + cuBLAS",
+    "unpack_ahead": "unpack ahead",
+    SLOT_FREE: "ahead, from slot free",
+}
+
+
+def paths_of(result: dict[str, Any]) -> tuple[str, ...]:
+    """The paths a result measured: every one of ``PATHS``, and ``SLOT_FREE`` where it was."""
+    has_slot_free = any(row["path"] == SLOT_FREE for row in result["rows"])
+    return (*PATHS, SLOT_FREE) if has_slot_free else PATHS
 
 
 def default_path(m: int) -> str:
@@ -38,7 +55,10 @@ def by_m(result: dict[str, Any]) -> dict[int, dict[str, dict[str, float]]]:
 
 def target_lines(result: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
     """(range, worst dual path / bf16 in it, limit, met) for each target range measured; the
-    dual path at each M is the one the op takes by default (``default_path``)."""
+    dual path at each M is the one the op takes by default (``default_path``). The targets are
+    set on the dense step; a decoder step's passes hold other work too, so it has none."""
+    if result.get("step", "dense") != "dense":
+        return []
     table = by_m(result)
     lines = []
     for where, low, high, limit in TARGETS:
@@ -52,6 +72,31 @@ def target_lines(result: dict[str, Any]) -> list[tuple[str, float, float, bool]]
     return lines
 
 
+def ahead_hides(paths: dict[str, dict[str, float]]) -> float | None:
+    """The share of the in-line path's time over BF16 that unpacking ahead removes (1: all of
+    it, 0: none, below 0: ahead is slower), or None where the in-line path costs no more."""
+    bf16 = paths["bf16"]["median_us"]
+    extra = paths["unpack_cublas"]["median_us"] - bf16
+    if extra <= 0:
+        return None
+    return 1 - (paths["unpack_ahead"]["median_us"] - bf16) / extra
+
+
+def step_line(result: dict[str, Any]) -> str:
+    if result.get("step", "dense") == "dense":
+        return "Step: `dense` (the dense layers alone, back to back)."
+    link = result.get("link_gbs")
+    wait = (
+        "no all-reduce stand-in"
+        if link is None
+        else f"an all-reduce stand-in after o_proj and after the shared expert at {link:g} GB/s"
+    )
+    return (
+        "Step: `decoder` (attention after qkv, the SiLU-and-mul before the shared expert's "
+        f"down, {wait}). The targets are set on the dense step."
+    )
+
+
 TIMING_NOTES = {
     "isolated": "each pass timed alone, from an idle GPU",
     "queued": "passes timed back to back behind queued work, the GPU never pausing",
@@ -63,15 +108,16 @@ def _clock_table(result: dict[str, Any]) -> list[str]:
     table = by_m(result)
     if not any(row.get("sm_clock_mhz") for paths in table.values() for row in paths.values()):
         return []
+    measured = paths_of(result)
     lines = [
         "",
         "SM clock while the passes ran (MHz, median; NVML):",
         "",
-        "| M | bf16 | marlin | unpack + cuBLAS | unpack ahead |",
-        "|---|---|---|---|---|",
+        "| M | " + " | ".join(HEADINGS[p] for p in measured) + " |",
+        "|---|" + "---|" * len(measured),
     ]
     for m, paths in table.items():
-        clocks = [paths[p].get("sm_clock_mhz") for p in PATHS]
+        clocks = [paths[p].get("sm_clock_mhz") for p in measured]
         lines.append(f"| {m} | " + " | ".join(f"{c:.0f}" if c else "-" for c in clocks) + " |")
     return lines
 
@@ -80,24 +126,34 @@ def markdown(result: dict[str, Any]) -> str:
     timing = result.get("timing", "isolated")
     lines = [
         f"Timing: `{timing}` ({TIMING_NOTES.get(timing, 'unknown')}).",
-        "",
-        "| target: dual path (defaults) / bf16 | worst | limit | met |",
-        "|---|---|---|---|",
+        step_line(result),
     ]
-    for where, worst, limit, met in target_lines(result):
+    targets = target_lines(result)
+    if targets:
+        lines += [
+            "",
+            "| target: dual path (defaults) / bf16 | worst | limit | met |",
+            "|---|---|---|---|",
+        ]
+    for where, worst, limit, met in targets:
         lines.append(f"| {where} | {worst:.3f} | {limit:.2f} | {'yes' if met else '**no**'} |")
+    measured = paths_of(result)
     lines += [
         "",
-        "Median time of a pass on the GPU's clock (us), time / BF16; host: median time the host",
+        "Median time of a pass on the GPU's clock (us), time / BF16; hidden: the share of the",
+        "in-line path's time over BF16 that unpacking ahead removes; host: median time the host",
         "took to issue the pass (us). Where host time reaches pass time, the host sets the pace.",
         "",
-        "| M | bf16 | marlin | unpack + cuBLAS | unpack ahead | default | "
-        "host bf16 | host in-line | host ahead |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| M | "
+        + " | ".join(HEADINGS[p] for p in measured)
+        + " | hidden | default | host bf16 | host in-line | host ahead |",
+        "|---|" + "---|" * (len(measured) + 5),
     ]
     for m, paths in by_m(result).items():
         bf16 = paths["bf16"]["median_us"]
-        cells = [f"{paths[p]['median_us'] / bf16:.3f}x" for p in PATHS[1:]]
+        cells = [f"{paths[p]['median_us'] / bf16:.3f}x" for p in measured[1:]]
+        hidden = ahead_hides(paths)
+        cells.append("-" if hidden is None else f"{hidden:.0%}")
         hosts = [f"{paths[p]['host_us']:.0f}" for p in ("bf16", "unpack_cublas", "unpack_ahead")]
         lines.append(
             f"| {m} | {bf16:.0f} | "
@@ -125,6 +181,17 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _m_axes(ratio_axis: Any, other_axis: Any, other_baseline: float) -> None:
+    """Both panels over M on a log scale; the left one is time / BF16, with BF16's line at 1."""
+    ratio_axis.axhline(1.0, color="black", linewidth=0.8)
+    other_axis.axhline(other_baseline, color="black", linewidth=0.8)
+    for axis in (ratio_axis, other_axis):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("M (tokens in the pass)")
+        axis.grid(True, which="both", alpha=0.3)
+    ratio_axis.set_ylabel("pass time / BF16 cuBLAS")
+
+
 def plot(result: dict[str, Any], png: Path) -> None:
     import matplotlib
 
@@ -138,8 +205,12 @@ def plot(result: dict[str, Any], png: Path) -> None:
         "marlin": ("Marlin FP8", "tab:orange"),
         "unpack_cublas": ("unpack + cuBLAS, in line", "tab:green"),
         "unpack_ahead": ("unpack ahead (side stream)", "tab:blue"),
+        SLOT_FREE: ("unpack ahead, from slot free", "tab:purple"),
     }
+    measured = paths_of(result)
     for path, (label, color) in styles.items():
+        if path not in measured:
+            continue
         ratios = [table[m][path]["median_us"] / table[m]["bf16"]["median_us"] for m in ms]
         ratio_axis.plot(ms, ratios, label=label, color=color, marker="o", markersize=3)
         host_axis.plot(
@@ -150,25 +221,74 @@ def plot(result: dict[str, Any], png: Path) -> None:
             marker="o",
             markersize=3,
         )
-    for _, low, high, limit in TARGETS:
+    dense = result.get("step", "dense") == "dense"
+    for _, low, high, limit in TARGETS if dense else ():
         end = ms[-1] if high is None else high * 1.4
         ratio_axis.hlines(limit, low / 1.4, end, colors="gray", linestyles=":", linewidth=1)
-    ratio_axis.axhline(1.0, color="black", linewidth=0.8)
-    host_axis.axhline(1.0, color="black", linewidth=0.8)
-    for axis in (ratio_axis, host_axis):
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("M (tokens in the pass)")
-        axis.grid(True, which="both", alpha=0.3)
-    ratio_axis.set_ylabel("pass time / BF16 cuBLAS")
-    ratio_axis.set_title("time of a pass (dotted: targets)", fontsize=10)
+    _m_axes(ratio_axis, host_axis, 1.0)
+    ratio_axis.set_title("time of a pass" + (" (dotted: targets)" if dense else ""), fontsize=10)
     host_axis.set_ylabel("host issue time / pass time")
     host_axis.set_title("near 1: the host, not the GPU, sets the pace", fontsize=10)
     ratio_axis.legend(fontsize=8)
+    around = ""
+    if not dense:
+        link = result.get("link_gbs")
+        around = " with decoder work" + ("" if link is None else f", link {link:g} GB/s")
     fig.suptitle(
-        f"{result['gpu']}: {len(result['layers'])} dense layers of a TP2 rank in forward order "
-        f"({result.get('timing', 'isolated')} passes)",
+        f"{result['gpu']}: {len(result['layers'])} dense layers of a TP2 rank in forward order"
+        f"{around} ({result.get('timing', 'isolated')} passes)",
         fontsize=11,
     )
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def title(result: dict[str, Any]) -> str:
+    """A short name for one result among several: its step, link and timing."""
+    name = f"{result.get('step', 'dense')} step"
+    if result.get("link_gbs") is not None:
+        name += f", link {result['link_gbs']:g} GB/s"
+    return f"{name}, {result.get('timing', 'isolated')} passes"
+
+
+def plot_sweep(results: Sequence[dict[str, Any]], png: Path) -> None:
+    """Several results side by side: each one's in-line and ahead paths against BF16, and the
+    share of the in-line path's extra time that unpacking ahead hides."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ratio_axis, hidden_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, result in enumerate(results):
+        table = by_m(result)
+        ms = list(table)
+        color = colors[index % len(colors)]
+        lines = {"unpack_cublas": (":", "in line"), "unpack_ahead": ("-", "ahead")}
+        if SLOT_FREE in paths_of(result):
+            lines[SLOT_FREE] = ("--", "ahead from slot free")
+        for path, (style, name) in lines.items():
+            ratios = [table[m][path]["median_us"] / table[m]["bf16"]["median_us"] for m in ms]
+            label = f"{title(result)}: {name}"
+            ratio_axis.plot(ms, ratios, style, color=color, marker="o", markersize=3, label=label)
+        hidden = [ahead_hides(table[m]) for m in ms]
+        shown = [(m, h) for m, h in zip(ms, hidden, strict=True) if h is not None]
+        hidden_axis.plot(
+            [m for m, _ in shown],
+            [100 * h for _, h in shown],
+            color=color,
+            marker="o",
+            markersize=3,
+            label=title(result),
+        )
+    _m_axes(ratio_axis, hidden_axis, 0.0)
+    ratio_axis.set_title("dotted: in line; solid: ahead; dashed: ahead from slot free", fontsize=9)
+    hidden_axis.set_ylabel("% of the in-line path's extra time hidden")
+    hidden_axis.set_title("what unpacking ahead hides", fontsize=10)
+    ratio_axis.legend(fontsize=6)
+    hidden_axis.legend(fontsize=7)
+    fig.suptitle(f"{results[0]['gpu']}: dual path against BF16 per pass", fontsize=11)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -177,18 +297,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m vllm_dualpath.model_report", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("result", type=Path, help="JSON written by vllm_dualpath.bench_model")
+    parser.add_argument(
+        "results",
+        type=Path,
+        nargs="+",
+        help="JSON written by vllm_dualpath.bench_model; several are reported one after another",
+    )
     parser.add_argument("--png", type=Path, help="plot to write")
     parser.add_argument("--markdown", type=Path, help="targets and table to write")
     args = parser.parse_args(argv)
-    result = json.loads(args.result.read_text(encoding="utf-8"))
-    for where, worst, limit, met in target_lines(result):
-        state = "met" if met else "MISSED"
-        print(f"{state:6s} dual path / bf16 at {where}: {worst:.3f} (at most {limit})")
+    results = [json.loads(path.read_text(encoding="utf-8")) for path in args.results]
+    for result in results:
+        for where, worst, limit, met in target_lines(result):
+            state = "met" if met else "MISSED"
+            print(f"{state:6s} dual path / bf16 at {where}: {worst:.3f} (at most {limit})")
     if args.png:
-        plot(result, args.png)
+        if len(results) == 1:
+            plot(results[0], args.png)
+        else:
+            plot_sweep(results, args.png)
     if args.markdown:
-        args.markdown.write_text(markdown(result), encoding="utf-8")
+        if len(results) == 1:
+            text = markdown(results[0])
+        else:
+            text = "\n".join(f"### {title(r)}\n\n{markdown(r)}" for r in results)
+        args.markdown.write_text(text, encoding="utf-8")
     return 0
 
 

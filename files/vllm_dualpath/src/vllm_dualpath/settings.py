@@ -18,9 +18,10 @@ UNPACK_AHEAD_MIN_M = "DUALPATH_UNPACK_AHEAD_MIN_M"
 
 DEFAULT_SMALL_M_MAX = 20
 DEFAULT_LARGE_M_MIN = 1024
-# Below this the host time unpack-ahead adds per call outweighs the overlap (H200 measurement,
-# docs/perf/unpack-ahead-h200.md): those calls unpack in line.
-DEFAULT_UNPACK_AHEAD_MIN_M = 2048
+# Every unpack-path call unpacks ahead: in a TP2 decoder step, with its all-reduces between the
+# dense layers, that pays from M = 1024 (docs/perf/decoder-step-h200.md). Raise it where nothing
+# runs between the dense layers: there the host time ahead adds per call can outweigh it.
+DEFAULT_UNPACK_AHEAD_MIN_M = 1024
 
 CHANNEL_SCALE_EPILOGUE = "epilogue"
 CHANNEL_SCALE_UNPACK = "unpack"
