@@ -48,7 +48,7 @@ from vllm_dualpath.bench_paths import (
 from vllm_dualpath.marlin_reference import marlin_linear
 
 M_VALUES = (512, 1024, 2048, 4096, 8192)
-LAYER_SHAPES = ("qkv_proj", "o_proj", "shared_gate_up", "shared_down")
+LAYER_SHAPES = step_work.DECODER_LAYERS
 WARMUP_PASSES = 3
 BACK_TO_BACK = 3  # timed passes queued behind each untimed one (timing 'queued')
 
@@ -254,7 +254,7 @@ def run(
         f"{'+'.join(LAYER_SHAPES)}), 128x128 block scales, {step} step"
         + ("" if link_gbs is None else f", all-reduce stand-in at {link_gbs:g} GB/s")
     )
-    layer_names = [s.name for s, _ in stack]
+    shapes = [s for s, _ in stack]
     rows: list[dict[str, object]] = []
     result: dict[str, object] = {}
     first_shape, first_weights = stack[0]
@@ -267,7 +267,7 @@ def run(
             for s, _ in stack
         ]
         work_after = (
-            step_work.decoder_work(layer_names, m, link_gbs, generator, torch.device("cuda"))
+            step_work.decoder_work(shapes, m, link_gbs, generator, torch.device("cuda"))
             if step == "decoder"
             else {}
         )

@@ -39,6 +39,11 @@ def paths_of(result: dict[str, Any]) -> tuple[str, ...]:
     return (*PATHS, SLOT_FREE) if has_slot_free else PATHS
 
 
+def step_of(result: dict[str, Any]) -> str:
+    """The step a result measured; results from before ``--step`` existed ran the dense one."""
+    return str(result.get("step", "dense"))
+
+
 def default_path(m: int) -> str:
     """The overlay path the op takes at M with its default settings (above the thresholds)."""
     if m >= settings.DEFAULT_UNPACK_AHEAD_MIN_M:
@@ -57,7 +62,7 @@ def target_lines(result: dict[str, Any]) -> list[tuple[str, float, float, bool]]
     """(range, worst dual path / bf16 in it, limit, met) for each target range measured; the
     dual path at each M is the one the op takes by default (``default_path``). The targets are
     set on the dense step; a decoder step's passes hold other work too, so it has none."""
-    if result.get("step", "dense") != "dense":
+    if step_of(result) != "dense":
         return []
     table = by_m(result)
     lines = []
@@ -83,7 +88,7 @@ def ahead_hides(paths: dict[str, dict[str, float]]) -> float | None:
 
 
 def step_line(result: dict[str, Any]) -> str:
-    if result.get("step", "dense") == "dense":
+    if step_of(result) == "dense":
         return "Step: `dense` (the dense layers alone, back to back)."
     link = result.get("link_gbs")
     wait = (
@@ -221,7 +226,7 @@ def plot(result: dict[str, Any], png: Path) -> None:
             marker="o",
             markersize=3,
         )
-    dense = result.get("step", "dense") == "dense"
+    dense = step_of(result) == "dense"
     for _, low, high, limit in TARGETS if dense else ():
         end = ms[-1] if high is None else high * 1.4
         ratio_axis.hlines(limit, low / 1.4, end, colors="gray", linestyles=":", linewidth=1)
@@ -245,7 +250,7 @@ def plot(result: dict[str, Any], png: Path) -> None:
 
 def title(result: dict[str, Any]) -> str:
     """A short name for one result among several: its step, link and timing."""
-    name = f"{result.get('step', 'dense')} step"
+    name = f"{step_of(result)} step"
     if result.get("link_gbs") is not None:
         name += f", link {result['link_gbs']:g} GB/s"
     return f"{name}, {result.get('timing', 'isolated')} passes"

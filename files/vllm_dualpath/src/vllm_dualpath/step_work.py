@@ -12,22 +12,21 @@ unpack less to hide under than a real layer has.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import triton
 import triton.language as tl
 
-HIDDEN = 5120
+from vllm_dualpath.bench import Shape
+
 HEAD_DIM = 128
-QUERY_HEADS = 48  # of 96, per TP2 rank; the 4 KV heads per rank are widened to these
-SHARED_INTERMEDIATE = 768  # per rank: gate_up gives 2 x 768
 LINK_PROGRAMS = 2  # spinning programs of the all-reduce stand-in, as NCCL's channels
 
 Work = Callable[[], object]
 
 
-def allreduce_us(m: int, link_gbs: float, hidden: int = HIDDEN) -> float:
+def allreduce_us(m: int, link_gbs: float, hidden: int) -> float:
     """Time of a two-rank all-reduce of M BF16 rows of ``hidden`` at a bus bandwidth of
     ``link_gbs`` GB/s: a ring of two moves the whole tensor once each way."""
     if m < 1 or link_gbs <= 0:
@@ -69,24 +68,26 @@ class LinkWait:
         self._launch(self.duration_ns)
 
 
-def _attention(m: int, device: torch.device, generator: torch.Generator) -> Work:
+def _attention(m: int, heads: int, device: torch.device, generator: torch.Generator) -> Work:
+    # The KV heads (4 per TP2 rank) are widened to the query heads: the same work per head.
     q, k, v = (
-        torch.randn(1, QUERY_HEADS, m, HEAD_DIM, device=device, generator=generator).to(
-            torch.bfloat16
-        )
+        torch.randn(1, heads, m, HEAD_DIM, device=device, generator=generator).to(torch.bfloat16)
         for _ in range(3)
     )
     return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def _silu_and_mul(m: int, device: torch.device, generator: torch.Generator) -> Work:
-    gate_up = torch.randn(m, 2 * SHARED_INTERMEDIATE, device=device, generator=generator)
+def _silu_and_mul(m: int, width: int, device: torch.device, generator: torch.Generator) -> Work:
+    gate_up = torch.randn(m, 2 * width, device=device, generator=generator)
     gate, up = gate_up.to(torch.bfloat16).chunk(2, dim=1)
     return lambda: torch.nn.functional.silu(gate) * up
 
 
+DECODER_LAYERS = ("qkv_proj", "o_proj", "shared_gate_up", "shared_down")
+
+
 def decoder_work(
-    layer_names: list[str],
+    shapes: Sequence[Shape],
     m: int,
     link_gbs: float | None,
     generator: torch.Generator,
@@ -94,21 +95,27 @@ def decoder_work(
 ) -> dict[int, Work]:
     """The work that follows each dense layer of the stack in a decoder step, by its index:
     attention after qkv_proj, the SiLU-and-mul after shared_gate_up, and after o_proj and
-    shared_down the all-reduce's stand-in (none when ``link_gbs`` is None)."""
-    attention = _attention(m, device, generator)
-    silu_and_mul = _silu_and_mul(m, device, generator)
-    wait = None if link_gbs is None else LinkWait(allreduce_us(m, link_gbs))
+    shared_down the all-reduce's stand-in (none when ``link_gbs`` is None). Its sizes follow
+    the stack: o_proj takes the attention's heads and gives the hidden size the all-reduce
+    carries; shared_down takes the SiLU-and-mul's output."""
+    unknown = [s.name for s in shapes if s.name not in DECODER_LAYERS]
+    if unknown:
+        raise ValueError(f"no decoder work known after layers {unknown}")
+    by_name = {s.name: s for s in shapes}
+    if len(by_name) != len(DECODER_LAYERS):
+        raise ValueError(f"a decoder step needs each of {DECODER_LAYERS}")
+    o_proj, down = by_name["o_proj"], by_name["shared_down"]
+    attention = _attention(m, o_proj.k // HEAD_DIM, device, generator)
+    silu_and_mul = _silu_and_mul(m, down.k, device, generator)
+    wait = None if link_gbs is None else LinkWait(allreduce_us(m, link_gbs, o_proj.n))
     after: dict[str, Work | None] = {
         "qkv_proj": attention,
         "o_proj": wait,
         "shared_gate_up": silu_and_mul,
         "shared_down": wait,
     }
-    work = {}
-    for index, name in enumerate(layer_names):
-        if name not in after:
-            raise ValueError(f"no decoder work known after layer {name!r}")
-        follow = after[name]
-        if follow is not None:
-            work[index] = follow
-    return work
+    return {
+        index: follow
+        for index, shape in enumerate(shapes)
+        if (follow := after[shape.name]) is not None
+    }
