@@ -1,0 +1,530 @@
+"""A W8A16 GEMM that decodes the Marlin FP8 weight straight into wgmma's register operand, timed
+beside BF16 cuBLAS and the overlay's unpack + cuBLAS on one Hopper GPU.
+
+    export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
+    PYTHONPATH=files/vllm_dualpath/src python3 tools/register_a_gemm.py \\
+        --out OUT/register-a-gemm.json --png OUT/register-a-gemm.png
+
+Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library (as the GPU proof does).
+
+The kernel computes each output tile transposed, Y^T = W @ X^T, so the weight is wgmma's A
+operand, which may come from registers: the Marlin layout already holds, in one thread's words,
+the values a thread of an m16n8k16 A fragment needs (two neighbouring words: channels g and
+g + 8, K rows 2t, 2t + 1, 2t + 8, 2t + 9). Each thread loads its words two K steps ahead,
+scales code pairs with one bf16x2 multiply (Marlin's exponent trick, so each value is FP8 x
+scale rounded to BF16 once, as the unpack rounds it) and hands them to wgmma without a trip
+through shared memory; X comes in by TMA. No BF16 copy of the weight is written. Two
+pipelines: serialized (one register set for A, each step's MMA waited for before the next) and
+overlapped (two sets, one MMA always in flight).
+
+Before timing, every layer's output is checked against an FP32 reference: its error must be
+within 1.5x the error cuBLAS makes on the dequantized BF16 weight, or the command exits non-zero.
+Results: docs/perf/register-a-gemm-h200.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from vllm_dualpath import bench_model
+from vllm_dualpath.bench_paths import configure_overlay, require_gpu_and_marlin
+from vllm_dualpath.unpack import unpack_weight
+
+BLOCK_K = 64  # four 16-row Marlin tiles per K step
+# (block_m, stages, overlap): output tile of 128 channels x block_m tokens, eight warps (two
+# warpgroups), X stages in shared memory, one MMA kept in flight (two A register sets) or not.
+CONFIGS: tuple[tuple[int, int, bool], ...] = (
+    (256, 4, True),
+    (128, 8, True),
+    (256, 2, False),
+    (128, 4, False),
+)
+M_VALUES = (1024, 2048, 4096)
+MAX_ERROR_VS_CUBLAS = 1.5
+
+
+@gluon.constexpr_function  # type: ignore[untyped-decorator]
+def _words_layout(num_warps: int) -> gl.DistributedLinearLayout:
+    """Words [BN/2, 16] of one half (r) of each 16-channel group: row 8 * group + a (channel
+    16 * group + 8r + a), column 4 * kt + t. Lanes hold (a, t) as an m16n8k16 A fragment does."""
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 4], [0, 8]],
+        lane_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[8 << i, 0] for i in range(num_warps.bit_length() - 1)],
+        block_bases=[],
+        shape=[8 * num_warps, 16],
+    )
+
+
+@gluon.jit
+def _scaled_pairs(words, scale2):  # type: ignore[no-untyped-def]
+    """Two bf16x2 per word: K rows (2t, 2t + 1) from bytes 0, 2 and (2t + 8, 2t + 9) from 1, 3.
+    A code's bits shifted into BF16 position read as value x 2**-120; the stored scale carries
+    2**120, and mul.rn.bf16x2 rounds the exact product once."""
+    low = ((words & 0x007F007F) << 4) | ((words & 0x00800080) << 8)
+    shifted = words >> 8
+    high = ((shifted & 0x007F007F) << 4) | ((shifted & 0x00800080) << 8)
+    low = gl.inline_asm_elementwise(
+        "mul.rn.bf16x2 $0, $1, $2;", "=r,r,r", [low, scale2], gl.int32, True, 1
+    )
+    high = gl.inline_asm_elementwise(
+        "mul.rn.bf16x2 $0, $1, $2;", "=r,r,r", [high, scale2], gl.int32, True, 1
+    )
+    return low, high
+
+
+@gluon.jit
+def _scale_pair(scales_ptr, row, columns, mask):  # type: ignore[no-untyped-def]
+    bits = gl.load(scales_ptr + row + columns, mask=mask, other=0)
+    bits = bits.to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
+    return ((bits << 16) | bits)[:, None]
+
+
+@gluon.jit
+def _weight_tile(  # type: ignore[no-untyped-def]
+    words0,
+    words1,
+    scales_ptr,
+    scale_row,
+    columns0,
+    columns1,
+    ok0,
+    ok1,
+    BN: gl.constexpr,
+    dot_a: gl.constexpr,
+):
+    """One K step's [BN, 64] BF16 weight tile, in wgmma's register A layout."""
+    low0, high0 = _scaled_pairs(words0, _scale_pair(scales_ptr, scale_row, columns0, ok0))
+    low1, high1 = _scaled_pairs(words1, _scale_pair(scales_ptr, scale_row, columns1, ok1))
+    pairs = gl.join(gl.join(low0, high0), gl.join(low1, high1))  # [BN/2, 16, h, r]
+    halves = gl.join(pairs & 0xFFFF, (pairs >> 16) & 0xFFFF)  # [BN/2, 16, h, r, b]
+    halves = halves.to(gl.int16).to(gl.bfloat16, bitcast=True)
+    halves = gl.reshape(halves, [BN // 16, 8, 4, 4, 2, 2, 2])  # group, a, kt, t, h, r, b
+    halves = gl.permute(halves, [0, 5, 1, 2, 4, 3, 6])  # group, r, a, kt, h, t, b
+    # Channel 16 * group + 8r + a, K row 16kt + 8h + 2t + b: the A layout's own register order.
+    return gl.convert_layout(gl.reshape(halves, [BN, 64]), dot_a, assert_trivial=True)
+
+
+@gluon.jit
+def _scale_columns(n, GROUPED: gl.constexpr):  # type: ignore[no-untyped-def]
+    """Column of channel n in the permuted scale rows (as ``unpack._scale_columns``)."""
+    if GROUPED:
+        c = n & 63
+        return (n - c) + 8 * (c & 7) + (c >> 3)
+    c = n & 31
+    return (n - c) + 8 * ((c & 7) >> 1) + 2 * (c >> 3) + (c & 1)
+
+
+@gluon.jit
+def _words(packed_ptr, word0, step_words, ok, k_steps, step):
+    """Step ``step``'s words for channels r = 0 and r = 1 (zeros past the last step)."""
+    mask = ok & (step < k_steps)
+    offsets = word0 + step * step_words
+    return gl.load(packed_ptr + offsets, mask=mask, other=0), gl.load(
+        packed_ptr + offsets + 1, mask=mask, other=0
+    )
+
+
+@gluon.jit
+def _step_tile(
+    scales_ptr,
+    padded_n,
+    group_steps,
+    k_steps,
+    columns0,
+    columns1,
+    ok0,
+    ok1,
+    step,
+    words0,
+    words1,
+    BN: gl.constexpr,
+    dot_a: gl.constexpr,
+    GROUPED: gl.constexpr,
+):
+    """Step ``step``'s weight tile; a step past the last reads the last scale row (unused)."""
+    last = gl.minimum(step, k_steps - 1)
+    scale_row = (last // group_steps) * padded_n if GROUPED else 0
+    return _weight_tile(
+        words0, words1, scales_ptr, scale_row, columns0, columns1, ok0, ok1, BN, dot_a
+    )
+
+
+@gluon.jit
+def _refill(x_desc, x_smem, bars, off_m, k_steps, STAGES: gl.constexpr, done, first):
+    """Step ``done``'s stage, whose MMA has finished, takes step done + STAGES (from ``first``)."""
+    refill = done + STAGES
+    stage = (done + STAGES) % STAGES
+    pred = (done >= first) & (refill < k_steps)
+    mbarrier.expect(bars.index(stage), x_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(
+        x_desc,
+        [off_m, refill * x_desc.block_type.shape[1]],
+        bars.index(stage),
+        x_smem.index(stage),
+        pred=pred,
+    )
+
+
+@gluon.jit
+def _issue_step(
+    x_desc,
+    x_smem,
+    bars,
+    off_m,
+    k_steps,
+    STAGES: gl.constexpr,
+    step,
+    a,
+    a_before,
+    acc,
+    OUTSTANDING: gl.constexpr,
+):
+    """Issue step ``step``'s MMA. With one MMA left outstanding, wait for the one before it
+    (whose register tile ``a_before`` stays live until then) and refill its stage."""
+    stage = step % STAGES
+    mbarrier.wait(bars.index(stage), (step // STAGES) & 1)
+    acc = warpgroup_mma(a, x_smem.index(stage).permute((1, 0)), acc, is_async=True)
+    if OUTSTANDING == 1:
+        acc, a_before = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_before))
+        _refill(x_desc, x_smem, bars, off_m, k_steps, STAGES, step - 1, 0)
+    return acc
+
+
+@gluon.jit
+def _register_a_kernel(  # type: ignore[no-untyped-def]
+    x_desc,
+    y_desc,
+    packed_ptr,
+    scales_ptr,
+    words_per_row,
+    padded_n,
+    k_per_group,
+    k_steps,
+    GROUPED: gl.constexpr,
+    STAGES: gl.constexpr,
+    OVERLAP: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    BM: gl.constexpr = x_desc.block_type.shape[0]
+    BK: gl.constexpr = x_desc.block_type.shape[1]
+    BN: gl.constexpr = y_desc.block_type.shape[1]
+    gl.static_assert(BK == 64)
+    gl.static_assert(16 * num_warps == BN)
+    off_m = gl.program_id(0) * BM
+    off_n = gl.program_id(1) * BN
+    mma: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BM, 16]
+    )
+    dot_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    words_layout: gl.constexpr = _words_layout(num_warps)
+
+    row = gl.arange(0, BN // 2, layout=gl.SliceLayout(1, words_layout))
+    column = gl.arange(0, 16, layout=gl.SliceLayout(0, words_layout))
+    n0 = off_n + 16 * (row >> 3) + (row & 7)  # the r = 0 channel; r = 1 is n0 + 8
+    n1 = n0 + 8
+    # Word 32a + 8t + 2w + r of each 16x64 tile (see vllm_dualpath.layout).
+    word0 = ((n0 >> 6) * 256 + 32 * (n0 & 7) + 2 * ((n0 >> 4) & 3))[:, None] + (
+        (column >> 2) * words_per_row + 8 * (column & 3)
+    )[None, :]
+    ok = (n0 < padded_n)[:, None]
+    columns0 = _scale_columns(n0, GROUPED)
+    columns1 = _scale_columns(n1, GROUPED)
+    ok0 = n0 < padded_n
+    ok1 = n1 < padded_n
+    step_words = (BK // 16) * words_per_row
+    group_steps = k_per_group // BK
+
+    x_smem = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BM, BK], x_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)
+        mbarrier.expect(bars.index(i), x_desc.block_type.nbytes, pred=i < k_steps)
+        tma.async_copy_global_to_shared(
+            x_desc, [off_m, i * BK], bars.index(i), x_smem.index(i), pred=i < k_steps
+        )
+
+    acc = gl.zeros([BN, BM], gl.float32, mma)
+    load = (packed_ptr, word0, step_words, ok, k_steps)
+    decode = (scales_ptr, padded_n, group_steps, k_steps, columns0, columns1, ok0, ok1)
+    ring = (x_desc, x_smem, bars, off_m, k_steps)
+    if OVERLAP:
+        # Two register sets for A, so one MMA is always in flight: while step s runs, step
+        # s - 1 has been waited for, its registers take step s + 1's tile, and step s + 1 is
+        # issued behind step s. Unrolled by two so neither set is ever copied into the other.
+        even0, even1 = _words(*load, 0)
+        odd0, odd1 = _words(*load, 1)
+        a_even = _step_tile(*decode, 0, even0, even1, BN, dot_a, GROUPED)
+        a_odd = gl.zeros([BN, BK], gl.bfloat16, dot_a)
+        even0, even1 = _words(*load, 2)
+        for pair in range(k_steps // 2):
+            step = 2 * pair
+            acc = _issue_step(*ring, STAGES, step, a_even, a_odd, acc, 1)
+            later0, later1 = _words(*load, step + 3)
+            a_odd = _step_tile(*decode, step + 1, odd0, odd1, BN, dot_a, GROUPED)
+            acc = _issue_step(*ring, STAGES, step + 1, a_odd, a_even, acc, 1)
+            odd0, odd1 = later0, later1
+            later0, later1 = _words(*load, step + 4)
+            a_even = _step_tile(*decode, step + 2, even0, even1, BN, dot_a, GROUPED)
+            even0, even1 = later0, later1
+        acc, a_odd = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_odd))
+    else:
+        # One register set: each step's MMA is waited for before the next is issued; the next
+        # step's tile decodes while it runs, into registers the running MMA does not read.
+        next0, next1 = _words(*load, 0)
+        a = _step_tile(*decode, 0, next0, next1, BN, dot_a, GROUPED)
+        next0, next1 = _words(*load, 1)
+        for step in range(k_steps):
+            later0, later1 = _words(*load, step + 2)
+            acc = _issue_step(*ring, STAGES, step, a, a, acc, 0)
+            following = _step_tile(*decode, step + 1, next0, next1, BN, dot_a, GROUPED)
+            acc, a = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a))
+            _refill(*ring, STAGES, step, 0)
+            a = following
+            next0, next1 = later0, later1
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(i))
+
+    y_smem = gl.allocate_shared_memory(gl.bfloat16, [BM, BN], y_desc.layout)
+    y_smem.store(gl.permute(acc.to(gl.bfloat16), (1, 0)))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(y_desc, [off_m, off_n], y_smem)
+    tma.store_wait(pendings=0)
+
+
+def register_a_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    scales: torch.Tensor,
+    size_n: int,
+    size_k: int,
+    block_m: int = 256,
+    stages: int = 2,
+    overlap: bool = False,
+) -> torch.Tensor:
+    """x [M, size_k] BF16 @ the Marlin FP8 weight's BF16 values, transposed: [M, size_n]. The
+    defaults are the tile measured fastest on an H200 (docs/perf/register-a-gemm-h200.md)."""
+    groups = scales.shape[0]
+    if x.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[1] != size_k:
+        raise ValueError(f"x must be BF16 [M, {size_k}], got {x.dtype} {tuple(x.shape)}")
+    if size_k % (2 * BLOCK_K) or (size_k // groups) % BLOCK_K or size_n % 8:
+        raise ValueError(f"needs K in pairs of {BLOCK_K}-row steps, whole groups, N % 8 == 0")
+    num_warps = 8
+    block_n = 16 * num_warps
+    y = torch.empty(x.shape[0], size_n, dtype=torch.bfloat16, device=x.device)
+    x_layout = gl.NVMMASharedLayout.get_default_for([block_m, BLOCK_K], gl.bfloat16)
+    y_layout = gl.NVMMASharedLayout.get_default_for([block_m, block_n], gl.bfloat16)
+    x_desc = TensorDescriptor.from_tensor(x.contiguous(), [block_m, BLOCK_K], x_layout)
+    y_desc = TensorDescriptor.from_tensor(y, [block_m, block_n], y_layout)
+    grid = (triton.cdiv(x.shape[0], block_m), triton.cdiv(size_n, block_n))
+    _register_a_kernel[grid](
+        x_desc,
+        y_desc,
+        packed,
+        scales,
+        packed.shape[1],
+        packed.shape[1] // 4,
+        size_k // groups,
+        size_k // BLOCK_K,
+        GROUPED=groups > 1,
+        STAGES=stages,
+        OVERLAP=overlap,
+        num_warps=num_warps,
+    )
+    return y
+
+
+def _name(config: tuple[int, int, bool]) -> str:
+    return f"register_a_m{config[0]}_s{config[1]}" + ("_overlap" if config[2] else "")
+
+
+def check_accuracy(stack: list, g: torch.Generator) -> list[dict]:
+    """Each layer shape at M = 1000 (a ragged tile) and 1024 against an FP32 reference."""
+    rows = []
+    for shape, weights in stack[: len(bench_model.LAYER_SHAPES)]:
+        for m in (1000, 1024):
+            x = torch.randn(m, shape.k, device="cuda", generator=g).to(torch.bfloat16)
+            reference = x.float() @ weights.dense.float().t()
+            scale = reference.abs().max().item()
+            errors = {
+                "cublas": (torch.nn.functional.linear(x, weights.dense).float() - reference)
+                .abs()
+                .max()
+            }
+            for config in CONFIGS:
+                y = register_a_linear(
+                    x, weights.marlin.qweight, weights.marlin.scales, shape.n, shape.k, *config
+                )
+                errors[_name(config)] = (y.float() - reference).abs().max()
+            row = {"layer": shape.name, "m": m, **{k: v.item() / scale for k, v in errors.items()}}
+            worst = max(row[_name(c)] for c in CONFIGS)
+            if not worst <= MAX_ERROR_VS_CUBLAS * row["cublas"]:
+                raise SystemExit(f"register-A GEMM wrong on {shape.name} at M = {m}: {row}")
+            rows.append(row)
+            print(f"accuracy {row}", file=sys.stderr, flush=True)
+    return rows
+
+
+def per_layer_us(stack: list, g: torch.Generator) -> list[dict]:
+    """Each layer alone, L2 flushed between calls (triton.testing.do_bench), microseconds."""
+    scratch = torch.empty(max(s.n * s.k for s, _ in stack), dtype=torch.bfloat16, device="cuda")
+    rows = []
+    for shape, w in stack[: len(bench_model.LAYER_SHAPES)]:
+        for m in M_VALUES:
+            x = torch.randn(m, shape.k, device="cuda", generator=g).to(torch.bfloat16)
+            q, s = w.marlin.qweight, w.marlin.scales
+            calls: dict[str, Callable[[], object]] = {
+                "bf16": lambda x=x, w=w: torch.nn.functional.linear(x, w.dense),
+                "unpack_cublas": lambda x=x, q=q, s=s, shape=shape: torch.nn.functional.linear(
+                    x, unpack_weight(q, s, shape.n, shape.k, out=scratch)
+                ),
+            }
+            for c in CONFIGS:
+                calls[_name(c)] = lambda x=x, q=q, s=s, shape=shape, c=c: register_a_linear(
+                    x, q, s, shape.n, shape.k, *c
+                )
+            row = {"layer": shape.name, "m": m}
+            row |= {
+                k: triton.testing.do_bench(f, warmup=10, rep=60) * 1e3 for k, f in calls.items()
+            }
+            rows.append(row)
+            print(f"layer {row}", file=sys.stderr, flush=True)
+    return rows
+
+
+def stack_us(stack: list, g: torch.Generator, repeats: int = 12) -> list[dict]:
+    """The 16-layer dense stack in forward order: median device time of a pass, issued while
+    the GPU sleeps, so the host's launch time is not in it."""
+    rows = []
+    for m in M_VALUES:
+        base = replace(
+            configure_overlay(None), small_m_max=0, large_m_min=m, unpack_ahead_min_m=1 << 30
+        )
+        xs = [torch.randn(m, s.k, device="cuda", generator=g).to(torch.bfloat16) for s, _ in stack]
+        passes = bench_model.make_passes(stack, xs, base)
+        runs: dict[str, Callable[[], object]] = {
+            "bf16": passes["bf16"],
+            "unpack_cublas": passes["unpack_cublas"],
+        }
+        for c in CONFIGS:
+            runs[_name(c)] = lambda c=c, xs=xs: [
+                register_a_linear(x, w.marlin.qweight, w.marlin.scales, s.n, s.k, *c)
+                for (s, w), x in zip(stack, xs, strict=True)
+            ]
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for run in runs.values():
+            run()
+        torch.cuda.synchronize()
+        for _ in range(repeats):
+            for name, run in runs.items():
+                torch.cuda._sleep(40_000_000)
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                times[name].append(start.elapsed_time(end) * 1e3)
+        row = {"m": m} | {name: statistics.median(t) for name, t in times.items()}
+        rows.append(row)
+        print(f"stack {row}", file=sys.stderr, flush=True)
+    return rows
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = ["unpack_cublas", *(c["name"] for c in result["configs"])]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    ms = [row["m"] for row in result["stack"]]
+    for path_name in paths:
+        left.plot(
+            ms, [r[path_name] / r["bf16"] for r in result["stack"]], marker="o", label=path_name
+        )
+    left.set_title("16-layer dense stack: pass time / BF16")
+    configs = [c["name"] for c in result["configs"]]
+    best = min(configs, key=lambda name: sum(r[name] / r["bf16"] for r in result["stack"]))
+    for layer in bench_model.LAYER_SHAPES:
+        rows = [r for r in result["per_layer"] if r["layer"] == layer]
+        right.plot(
+            [r["m"] for r in rows], [r[best] / r["bf16"] for r in rows], marker="o", label=layer
+        )
+    right.set_title(f"each layer alone: {best} / BF16")
+    for axes in (left, right):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(M_VALUES, [str(m) for m in M_VALUES])
+        axes.axhline(1.0, color="grey", linewidth=0.8)
+        axes.set_xlabel("M (tokens)")
+        axes.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="JSON file for the results (runs on the GPU)")
+    parser.add_argument("--png", help="plot of the results")
+    parser.add_argument("--replot", metavar="JSON", help="plot an earlier run's JSON (no GPU)")
+    args = parser.parse_args(argv)
+    if args.replot:
+        if not args.png:
+            parser.error("--replot needs --png")
+        plot(json.loads(Path(args.replot).read_text()), args.png)
+        return 0
+    if not args.out:
+        parser.error("--out is required (or --replot JSON --png PNG)")
+    require_gpu_and_marlin(None, "register_a_gemm")
+    if torch.cuda.get_device_capability()[0] != 9:
+        raise SystemExit("register_a_gemm needs a Hopper GPU (wgmma)")
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1)
+    stack = bench_model.build_stack(4, g)
+    result = {
+        "command": " ".join(["python3 tools/register_a_gemm.py", *(argv or sys.argv[1:])]),
+        "device": torch.cuda.get_device_name(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "triton": triton.__version__,
+        },
+        "configs": [
+            {"name": _name(c), "block_m": c[0], "block_n": 128, "stages": c[1], "overlap": c[2]}
+            for c in CONFIGS
+        ],
+        "accuracy": check_accuracy(stack, g),
+        "per_layer": per_layer_us(stack, g),
+        "stack": stack_us(stack, g),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    if args.png:
+        plot(result, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
