@@ -10,10 +10,10 @@ Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library (as the G
 The kernel computes each output tile transposed, Y^T = W @ X^T, so the weight is wgmma's A
 operand, which may come from registers: the Marlin layout already holds, in one thread's words,
 the values a thread of an m16n8k16 A fragment needs (two neighbouring words: channels g and
-g + 8, K rows 2t, 2t + 1, 2t + 8, 2t + 9). Each thread loads its words two K steps ahead,
-scales code pairs with one bf16x2 multiply (Marlin's exponent trick, so each value is FP8 x
-scale rounded to BF16 once, as the unpack rounds it) and hands them to wgmma without a trip
-through shared memory; X comes in by TMA. No BF16 copy of the weight is written. Two
+g + 8, K rows 2t, 2t + 1, 2t + 8, 2t + 9). Each thread loads its words and scales two K steps
+ahead, scales code pairs with one bf16x2 multiply (Marlin's exponent trick, so each value is
+FP8 x scale rounded to BF16 once, as the unpack rounds it) and hands them to wgmma without a
+trip through shared memory; X comes in by TMA. No BF16 copy of the weight is written. Two
 pipelines: serialized (one register set for A, each step's MMA waited for before the next) and
 overlapped (two sets, one MMA always in flight).
 
@@ -93,28 +93,17 @@ def _scaled_pairs(words, scale2):  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
-def _scale_pair(scales_ptr, row, columns, mask):  # type: ignore[no-untyped-def]
-    bits = gl.load(scales_ptr + row + columns, mask=mask, other=0)
-    bits = bits.to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
+def _scale_pair(scales):  # type: ignore[no-untyped-def]
+    """A channel's BF16 scale in both halves of an int32, against its words' bf16x2 pairs."""
+    bits = scales.to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
     return ((bits << 16) | bits)[:, None]
 
 
 @gluon.jit
-def _weight_tile(  # type: ignore[no-untyped-def]
-    words0,
-    words1,
-    scales_ptr,
-    scale_row,
-    columns0,
-    columns1,
-    ok0,
-    ok1,
-    BN: gl.constexpr,
-    dot_a: gl.constexpr,
-):
+def _weight_tile(words0, words1, scales0, scales1, BN: gl.constexpr, dot_a: gl.constexpr):  # type: ignore[no-untyped-def]
     """One K step's [BN, 64] BF16 weight tile, in wgmma's register A layout."""
-    low0, high0 = _scaled_pairs(words0, _scale_pair(scales_ptr, scale_row, columns0, ok0))
-    low1, high1 = _scaled_pairs(words1, _scale_pair(scales_ptr, scale_row, columns1, ok1))
+    low0, high0 = _scaled_pairs(words0, _scale_pair(scales0))
+    low1, high1 = _scaled_pairs(words1, _scale_pair(scales1))
     pairs = gl.join(gl.join(low0, high0), gl.join(low1, high1))  # [BN/2, 16, h, r]
     halves = gl.join(pairs & 0xFFFF, (pairs >> 16) & 0xFFFF)  # [BN/2, 16, h, r, b]
     halves = halves.to(gl.int16).to(gl.bfloat16, bitcast=True)
@@ -135,38 +124,33 @@ def _scale_columns(n, GROUPED: gl.constexpr):  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
-def _words(packed_ptr, word0, step_words, ok, k_steps, step):
-    """Step ``step``'s words for channels r = 0 and r = 1 (zeros past the last step)."""
-    mask = ok & (step < k_steps)
-    offsets = word0 + step * step_words
-    return gl.load(packed_ptr + offsets, mask=mask, other=0), gl.load(
-        packed_ptr + offsets + 1, mask=mask, other=0
-    )
-
-
-@gluon.jit
-def _step_tile(
+def _step_operands(
+    packed_ptr,
+    word0,
+    step_words,
+    ok,
     scales_ptr,
     padded_n,
     group_steps,
-    k_steps,
     columns0,
     columns1,
     ok0,
     ok1,
+    k_steps,
     step,
-    words0,
-    words1,
-    BN: gl.constexpr,
-    dot_a: gl.constexpr,
     GROUPED: gl.constexpr,
 ):
-    """Step ``step``'s weight tile; a step past the last reads the last scale row (unused)."""
+    """Step ``step``'s words and scales for channels r = 0 and r = 1, loaded well before they
+    are decoded (zero words past the last step, whose scale row stays in bounds)."""
+    mask = ok & (step < k_steps)
+    offsets = word0 + step * step_words
+    words0 = gl.load(packed_ptr + offsets, mask=mask, other=0)
+    words1 = gl.load(packed_ptr + offsets + 1, mask=mask, other=0)
     last = gl.minimum(step, k_steps - 1)
-    scale_row = (last // group_steps) * padded_n if GROUPED else 0
-    return _weight_tile(
-        words0, words1, scales_ptr, scale_row, columns0, columns1, ok0, ok1, BN, dot_a
-    )
+    row = (last // group_steps) * padded_n if GROUPED else 0
+    scales0 = gl.load(scales_ptr + row + columns0, mask=ok0, other=0)
+    scales1 = gl.load(scales_ptr + row + columns1, mask=ok1, other=0)
+    return words0, words1, scales0, scales1
 
 
 @gluon.jit
@@ -264,43 +248,55 @@ def _register_a_kernel(  # type: ignore[no-untyped-def]
         )
 
     acc = gl.zeros([BN, BM], gl.float32, mma)
-    load = (packed_ptr, word0, step_words, ok, k_steps)
-    decode = (scales_ptr, padded_n, group_steps, k_steps, columns0, columns1, ok0, ok1)
+    load = (
+        packed_ptr,
+        word0,
+        step_words,
+        ok,
+        scales_ptr,
+        padded_n,
+        group_steps,
+        columns0,
+        columns1,
+        ok0,
+        ok1,
+        k_steps,
+    )
     ring = (x_desc, x_smem, bars, off_m, k_steps)
     if OVERLAP:
         # Two register sets for A, so one MMA is always in flight: while step s runs, step
         # s - 1 has been waited for, its registers take step s + 1's tile, and step s + 1 is
         # issued behind step s. Unrolled by two so neither set is ever copied into the other.
-        even0, even1 = _words(*load, 0)
-        odd0, odd1 = _words(*load, 1)
-        a_even = _step_tile(*decode, 0, even0, even1, BN, dot_a, GROUPED)
+        # Words and scales are loaded two steps before they are decoded.
+        even = _step_operands(*load, 0, GROUPED)
+        odd = _step_operands(*load, 1, GROUPED)
+        a_even = _weight_tile(*even, BN, dot_a)
         a_odd = gl.zeros([BN, BK], gl.bfloat16, dot_a)
-        even0, even1 = _words(*load, 2)
+        even = _step_operands(*load, 2, GROUPED)
         for pair in range(k_steps // 2):
             step = 2 * pair
             acc = _issue_step(*ring, STAGES, step, a_even, a_odd, acc, 1)
-            later0, later1 = _words(*load, step + 3)
-            a_odd = _step_tile(*decode, step + 1, odd0, odd1, BN, dot_a, GROUPED)
+            later = _step_operands(*load, step + 3, GROUPED)
+            a_odd = _weight_tile(*odd, BN, dot_a)
             acc = _issue_step(*ring, STAGES, step + 1, a_odd, a_even, acc, 1)
-            odd0, odd1 = later0, later1
-            later0, later1 = _words(*load, step + 4)
-            a_even = _step_tile(*decode, step + 2, even0, even1, BN, dot_a, GROUPED)
-            even0, even1 = later0, later1
+            odd = later
+            later = _step_operands(*load, step + 4, GROUPED)
+            a_even = _weight_tile(*even, BN, dot_a)
+            even = later
         acc, a_odd = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_odd))
     else:
         # One register set: each step's MMA is waited for before the next is issued; the next
         # step's tile decodes while it runs, into registers the running MMA does not read.
-        next0, next1 = _words(*load, 0)
-        a = _step_tile(*decode, 0, next0, next1, BN, dot_a, GROUPED)
-        next0, next1 = _words(*load, 1)
+        a = _weight_tile(*_step_operands(*load, 0, GROUPED), BN, dot_a)
+        following = _step_operands(*load, 1, GROUPED)
         for step in range(k_steps):
-            later0, later1 = _words(*load, step + 2)
+            later = _step_operands(*load, step + 2, GROUPED)
             acc = _issue_step(*ring, STAGES, step, a, a, acc, 0)
-            following = _step_tile(*decode, step + 1, next0, next1, BN, dot_a, GROUPED)
+            a_next = _weight_tile(*following, BN, dot_a)
             acc, a = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a))
             _refill(*ring, STAGES, step, 0)
-            a = following
-            next0, next1 = later0, later1
+            a = a_next
+            following = later
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(i))
 
@@ -318,8 +314,8 @@ def register_a_linear(
     size_n: int,
     size_k: int,
     block_m: int = 256,
-    stages: int = 2,
-    overlap: bool = False,
+    stages: int = 4,
+    overlap: bool = True,
 ) -> torch.Tensor:
     """x [M, size_k] BF16 @ the Marlin FP8 weight's BF16 values, transposed: [M, size_n]. The
     defaults are the tile measured fastest on an H200 (docs/perf/register-a-gemm-h200.md)."""
