@@ -128,7 +128,6 @@ def _step_operands(
     packed_ptr,
     word0,
     step_words,
-    ok,
     scales_ptr,
     padded_n,
     group_steps,
@@ -142,7 +141,7 @@ def _step_operands(
 ):
     """Step ``step``'s words and scales for channels r = 0 and r = 1, loaded well before they
     are decoded (zero words past the last step, whose scale row stays in bounds)."""
-    mask = ok & (step < k_steps)
+    mask = ok0[:, None] & (step < k_steps)
     offsets = word0 + step * step_words
     words0 = gl.load(packed_ptr + offsets, mask=mask, other=0)
     words1 = gl.load(packed_ptr + offsets + 1, mask=mask, other=0)
@@ -154,19 +153,25 @@ def _step_operands(
 
 
 @gluon.jit
-def _refill(x_desc, x_smem, bars, off_m, k_steps, STAGES: gl.constexpr, done, first):
-    """Step ``done``'s stage, whose MMA has finished, takes step done + STAGES (from ``first``)."""
-    refill = done + STAGES
-    stage = (done + STAGES) % STAGES
-    pred = (done >= first) & (refill < k_steps)
+def _load_x(x_desc, x_smem, bars, off_m, k_steps, STAGES: gl.constexpr, step, pred):
+    """Step ``step``'s X tile into its stage by TMA (nothing past the last step)."""
+    stage = step % STAGES
+    pred = pred & (step < k_steps)
     mbarrier.expect(bars.index(stage), x_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(
         x_desc,
-        [off_m, refill * x_desc.block_type.shape[1]],
+        [off_m, step * x_desc.block_type.shape[1]],
         bars.index(stage),
         x_smem.index(stage),
         pred=pred,
     )
+
+
+@gluon.jit
+def _refill(x_desc, x_smem, bars, off_m, k_steps, STAGES: gl.constexpr, done):
+    """Step ``done``'s stage, whose MMA has finished, takes step done + STAGES (none before
+    step 0)."""
+    _load_x(x_desc, x_smem, bars, off_m, k_steps, STAGES, done + STAGES, done >= 0)
 
 
 @gluon.jit
@@ -190,7 +195,7 @@ def _issue_step(
     acc = warpgroup_mma(a, x_smem.index(stage).permute((1, 0)), acc, is_async=True)
     if OUTSTANDING == 1:
         acc, a_before = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_before))
-        _refill(x_desc, x_smem, bars, off_m, k_steps, STAGES, step - 1, 0)
+        _refill(x_desc, x_smem, bars, off_m, k_steps, STAGES, step - 1)
     return acc
 
 
@@ -230,7 +235,6 @@ def _register_a_kernel(  # type: ignore[no-untyped-def]
     word0 = ((n0 >> 6) * 256 + 32 * (n0 & 7) + 2 * ((n0 >> 4) & 3))[:, None] + (
         (column >> 2) * words_per_row + 8 * (column & 3)
     )[None, :]
-    ok = (n0 < padded_n)[:, None]
     columns0 = _scale_columns(n0, GROUPED)
     columns1 = _scale_columns(n1, GROUPED)
     ok0 = n0 < padded_n
@@ -240,19 +244,16 @@ def _register_a_kernel(  # type: ignore[no-untyped-def]
 
     x_smem = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BM, BK], x_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ring = (x_desc, x_smem, bars, off_m, k_steps)
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)
-        mbarrier.expect(bars.index(i), x_desc.block_type.nbytes, pred=i < k_steps)
-        tma.async_copy_global_to_shared(
-            x_desc, [off_m, i * BK], bars.index(i), x_smem.index(i), pred=i < k_steps
-        )
+        _load_x(*ring, STAGES, i, True)
 
     acc = gl.zeros([BN, BM], gl.float32, mma)
     load = (
         packed_ptr,
         word0,
         step_words,
-        ok,
         scales_ptr,
         padded_n,
         group_steps,
@@ -262,7 +263,6 @@ def _register_a_kernel(  # type: ignore[no-untyped-def]
         ok1,
         k_steps,
     )
-    ring = (x_desc, x_smem, bars, off_m, k_steps)
     if OVERLAP:
         # Two register sets for A, so one MMA is always in flight: while step s runs, step
         # s - 1 has been waited for, its registers take step s + 1's tile, and step s + 1 is
@@ -294,7 +294,7 @@ def _register_a_kernel(  # type: ignore[no-untyped-def]
             acc = _issue_step(*ring, STAGES, step, a, a, acc, 0)
             a_next = _weight_tile(*following, BN, dot_a)
             acc, a = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a))
-            _refill(*ring, STAGES, step, 0)
+            _refill(*ring, STAGES, step)
             a = a_next
             following = later
     for i in gl.static_range(STAGES):
