@@ -24,17 +24,13 @@ Results: docs/perf/register-a-gemm-h200.md.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import statistics
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Sequence
 
+import fused_gemm_bench
 import torch
 import triton
+from marlin_fp8_pairs import doubled_scales, scaled_pairs
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -45,9 +41,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from vllm_dualpath import bench_model
-from vllm_dualpath.bench_paths import configure_overlay, require_gpu_and_marlin
-from vllm_dualpath.unpack import unpack_weight
 
 BLOCK_K = 64  # four 16-row Marlin tiles per K step
 # (block_m, stages, overlap): output tile of 128 channels x block_m tokens, eight warps (two
@@ -58,8 +51,6 @@ CONFIGS: tuple[tuple[int, int, bool], ...] = (
     (256, 2, False),
     (128, 4, False),
 )
-M_VALUES = (1024, 2048, 4096)
-MAX_ERROR_VS_CUBLAS = 1.5
 
 
 @gluon.constexpr_function  # type: ignore[untyped-decorator]
@@ -76,34 +67,10 @@ def _words_layout(num_warps: int) -> gl.DistributedLinearLayout:
 
 
 @gluon.jit
-def _scaled_pairs(words, scale2):  # type: ignore[no-untyped-def]
-    """Two bf16x2 per word: K rows (2t, 2t + 1) from bytes 0, 2 and (2t + 8, 2t + 9) from 1, 3.
-    A code's bits shifted into BF16 position read as value x 2**-120; the stored scale carries
-    2**120, and mul.rn.bf16x2 rounds the exact product once."""
-    low = ((words & 0x007F007F) << 4) | ((words & 0x00800080) << 8)
-    shifted = words >> 8
-    high = ((shifted & 0x007F007F) << 4) | ((shifted & 0x00800080) << 8)
-    low = gl.inline_asm_elementwise(
-        "mul.rn.bf16x2 $0, $1, $2;", "=r,r,r", [low, scale2], gl.int32, True, 1
-    )
-    high = gl.inline_asm_elementwise(
-        "mul.rn.bf16x2 $0, $1, $2;", "=r,r,r", [high, scale2], gl.int32, True, 1
-    )
-    return low, high
-
-
-@gluon.jit
-def _scale_pair(scales):  # type: ignore[no-untyped-def]
-    """A channel's BF16 scale in both halves of an int32, against its words' bf16x2 pairs."""
-    bits = scales.to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
-    return ((bits << 16) | bits)[:, None]
-
-
-@gluon.jit
 def _weight_tile(words0, words1, scales0, scales1, BN: gl.constexpr, dot_a: gl.constexpr):  # type: ignore[no-untyped-def]
     """One K step's [BN, 64] BF16 weight tile, in wgmma's register A layout."""
-    low0, high0 = _scaled_pairs(words0, _scale_pair(scales0))
-    low1, high1 = _scaled_pairs(words1, _scale_pair(scales1))
+    low0, high0 = scaled_pairs(words0, doubled_scales(scales0)[:, None])
+    low1, high1 = scaled_pairs(words1, doubled_scales(scales1)[:, None])
     pairs = gl.join(gl.join(low0, high0), gl.join(low1, high1))  # [BN/2, 16, h, r]
     halves = gl.join(pairs & 0xFFFF, (pairs >> 16) & 0xFFFF)  # [BN/2, 16, h, r, b]
     halves = halves.to(gl.int16).to(gl.bfloat16, bitcast=True)
@@ -353,173 +320,20 @@ def _name(config: tuple[int, int, bool]) -> str:
     return f"register_a_m{config[0]}_s{config[1]}" + ("_overlap" if config[2] else "")
 
 
-def check_accuracy(stack: list, g: torch.Generator) -> list[dict]:
-    """Each layer shape at M = 1000 (a ragged tile) and 1024 against an FP32 reference."""
-    rows = []
-    for shape, weights in stack[: len(bench_model.LAYER_SHAPES)]:
-        for m in (1000, 1024):
-            x = torch.randn(m, shape.k, device="cuda", generator=g).to(torch.bfloat16)
-            reference = x.float() @ weights.dense.float().t()
-            scale = reference.abs().max().item()
-            errors = {
-                "cublas": (torch.nn.functional.linear(x, weights.dense).float() - reference)
-                .abs()
-                .max()
-            }
-            for config in CONFIGS:
-                y = register_a_linear(
-                    x, weights.marlin.qweight, weights.marlin.scales, shape.n, shape.k, *config
-                )
-                errors[_name(config)] = (y.float() - reference).abs().max()
-            row = {"layer": shape.name, "m": m, **{k: v.item() / scale for k, v in errors.items()}}
-            worst = max(row[_name(c)] for c in CONFIGS)
-            if not worst <= MAX_ERROR_VS_CUBLAS * row["cublas"]:
-                raise SystemExit(f"register-A GEMM wrong on {shape.name} at M = {m}: {row}")
-            rows.append(row)
-            print(f"accuracy {row}", file=sys.stderr, flush=True)
-    return rows
-
-
-def per_layer_us(stack: list, g: torch.Generator) -> list[dict]:
-    """Each layer alone, L2 flushed between calls (triton.testing.do_bench), microseconds."""
-    scratch = torch.empty(max(s.n * s.k for s, _ in stack), dtype=torch.bfloat16, device="cuda")
-    rows = []
-    for shape, w in stack[: len(bench_model.LAYER_SHAPES)]:
-        for m in M_VALUES:
-            x = torch.randn(m, shape.k, device="cuda", generator=g).to(torch.bfloat16)
-            q, s = w.marlin.qweight, w.marlin.scales
-            calls: dict[str, Callable[[], object]] = {
-                "bf16": lambda x=x, w=w: torch.nn.functional.linear(x, w.dense),
-                "unpack_cublas": lambda x=x, q=q, s=s, shape=shape: torch.nn.functional.linear(
-                    x, unpack_weight(q, s, shape.n, shape.k, out=scratch)
-                ),
-            }
-            for c in CONFIGS:
-                calls[_name(c)] = lambda x=x, q=q, s=s, shape=shape, c=c: register_a_linear(
-                    x, q, s, shape.n, shape.k, *c
-                )
-            row = {"layer": shape.name, "m": m}
-            row |= {
-                k: triton.testing.do_bench(f, warmup=10, rep=60) * 1e3 for k, f in calls.items()
-            }
-            rows.append(row)
-            print(f"layer {row}", file=sys.stderr, flush=True)
-    return rows
-
-
-def stack_us(stack: list, g: torch.Generator, repeats: int = 12) -> list[dict]:
-    """The 16-layer dense stack in forward order: median device time of a pass, issued while
-    the GPU sleeps, so the host's launch time is not in it."""
-    rows = []
-    for m in M_VALUES:
-        base = replace(
-            configure_overlay(None), small_m_max=0, large_m_min=m, unpack_ahead_min_m=1 << 30
-        )
-        xs = [torch.randn(m, s.k, device="cuda", generator=g).to(torch.bfloat16) for s, _ in stack]
-        passes = bench_model.make_passes(stack, xs, base)
-        runs: dict[str, Callable[[], object]] = {
-            "bf16": passes["bf16"],
-            "unpack_cublas": passes["unpack_cublas"],
-        }
-        for c in CONFIGS:
-            runs[_name(c)] = lambda c=c, xs=xs: [
-                register_a_linear(x, w.marlin.qweight, w.marlin.scales, s.n, s.k, *c)
-                for (s, w), x in zip(stack, xs, strict=True)
-            ]
-        times: dict[str, list[float]] = {name: [] for name in runs}
-        for run in runs.values():
-            run()
-        torch.cuda.synchronize()
-        for _ in range(repeats):
-            for name, run in runs.items():
-                torch.cuda._sleep(40_000_000)
-                start, end = (
-                    torch.cuda.Event(enable_timing=True),
-                    torch.cuda.Event(enable_timing=True),
-                )
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                times[name].append(start.elapsed_time(end) * 1e3)
-        row = {"m": m} | {name: statistics.median(t) for name, t in times.items()}
-        rows.append(row)
-        print(f"stack {row}", file=sys.stderr, flush=True)
-    return rows
-
-
-def plot(result: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = ["unpack_cublas", *(c["name"] for c in result["configs"])]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    ms = [row["m"] for row in result["stack"]]
-    for path_name in paths:
-        left.plot(
-            ms, [r[path_name] / r["bf16"] for r in result["stack"]], marker="o", label=path_name
-        )
-    left.set_title("16-layer dense stack: pass time / BF16")
-    configs = [c["name"] for c in result["configs"]]
-    best = min(configs, key=lambda name: sum(r[name] / r["bf16"] for r in result["stack"]))
-    for layer in bench_model.LAYER_SHAPES:
-        rows = [r for r in result["per_layer"] if r["layer"] == layer]
-        right.plot(
-            [r["m"] for r in rows], [r[best] / r["bf16"] for r in rows], marker="o", label=layer
-        )
-    right.set_title(f"each layer alone: {best} / BF16")
-    for axes in (left, right):
-        axes.set_xscale("log", base=2)
-        axes.set_xticks(M_VALUES, [str(m) for m in M_VALUES])
-        axes.axhline(1.0, color="grey", linewidth=0.8)
-        axes.set_xlabel("M (tokens)")
-        axes.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+PROBE = fused_gemm_bench.Probe(
+    tool="register_a_gemm",
+    kernels={
+        _name(c): lambda x, q, s, n, k, c=c: register_a_linear(x, q, s, n, k, *c) for c in CONFIGS
+    },
+    configs=[
+        {"name": _name(c), "block_m": c[0], "block_n": 128, "stages": c[1], "overlap": c[2]}
+        for c in CONFIGS
+    ],
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="JSON file for the results (runs on the GPU)")
-    parser.add_argument("--png", help="plot of the results")
-    parser.add_argument("--replot", metavar="JSON", help="plot an earlier run's JSON (no GPU)")
-    args = parser.parse_args(argv)
-    if args.replot:
-        if not args.png:
-            parser.error("--replot needs --png")
-        plot(json.loads(Path(args.replot).read_text()), args.png)
-        return 0
-    if not args.out:
-        parser.error("--out is required (or --replot JSON --png PNG)")
-    require_gpu_and_marlin(None, "register_a_gemm")
-    if torch.cuda.get_device_capability()[0] != 9:
-        raise SystemExit("register_a_gemm needs a Hopper GPU (wgmma)")
-    g = torch.Generator(device="cuda")
-    g.manual_seed(1)
-    stack = bench_model.build_stack(4, g)
-    result = {
-        "command": " ".join(["python3 tools/register_a_gemm.py", *(argv or sys.argv[1:])]),
-        "device": torch.cuda.get_device_name(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "triton": triton.__version__,
-        },
-        "configs": [
-            {"name": _name(c), "block_m": c[0], "block_n": 128, "stages": c[1], "overlap": c[2]}
-            for c in CONFIGS
-        ],
-        "accuracy": check_accuracy(stack, g),
-        "per_layer": per_layer_us(stack, g),
-        "stack": stack_us(stack, g),
-    }
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    if args.png:
-        plot(result, args.png)
-    return 0
+    return fused_gemm_bench.main(PROBE, __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":
