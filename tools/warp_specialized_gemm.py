@@ -128,8 +128,8 @@ def _read_words(words_smem, scales_smem, loaded, slot: gl.constexpr, use):  # ty
 
 @gluon.jit
 def _fill_stage(x_desc, x_smem, w_smem, ready, empty, off_m, tile, step, STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
-    """Once stage ``step % STAGES`` is free: its X tile by TMA and the decoded weight tile,
-    then the decoder's arrival on ``ready``."""
+    """Once stage ``step % STAGES`` is free: its X tile by TMA and the decoded weight tile (the
+    caller fences and arrives)."""
     pairs_layout: gl.constexpr = gl.NVMMASharedLayout(
         swizzle_byte_width=128, element_bitwidth=32, rank=2
     )
@@ -140,8 +140,6 @@ def _fill_stage(x_desc, x_smem, w_smem, ready, empty, off_m, tile, step, STAGES:
         x_desc, [off_m, step * x_desc.block_type.shape[1]], ready.index(stage), x_smem.index(stage)
     )
     w_smem.index(stage)._reinterpret(gl.int32, [128, 32], pairs_layout).store(tile)
-    fence_async_shared()  # the tile is written by threads and read by wgmma
-    mbarrier.arrive(ready.index(stage))
 
 
 @gluon.jit
@@ -159,7 +157,7 @@ def _decode_partition(  # type: ignore[no-untyped-def]
     STAGES: gl.constexpr,
 ):
     """Fills stage ``step % STAGES`` for every step. Two steps at a time, one per word slot, so
-    one step's decode overlaps the other's waits."""
+    one step's decode overlaps the other's waits and one fence serves both stores."""
     words_smem = gl.allocate_shared_memory(gl.int32, [2, 4, 16, 32], words_desc.layout)
     scales_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 1, 128], scales_desc.layout)
     loaded = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -198,6 +196,9 @@ def _decode_partition(  # type: ignore[no-untyped-def]
         tile1 = _decoded_tile(words1, scales1)
         _fill_stage(x_desc, x_smem, w_smem, ready, empty, off_m, tile0, step, STAGES)
         _fill_stage(x_desc, x_smem, w_smem, ready, empty, off_m, tile1, step + 1, STAGES)
+        fence_async_shared()  # both tiles are written by threads and read by wgmma: one fence
+        mbarrier.arrive(ready.index(step % STAGES))
+        mbarrier.arrive(ready.index((step + 1) % STAGES))
     for i in gl.static_range(2):
         mbarrier.invalidate(loaded.index(i))
 
