@@ -169,28 +169,19 @@ def _decode_partition(  # type: ignore[no-untyped-def]
         words0, scales0 = _read_words(words_smem, scales_smem, loaded, 0, pair)
         words1, scales1 = _read_words(words_smem, scales_smem, loaded, 1, pair)
         gl.thread_barrier()  # all four warps hold both slots' words before TMA refills them
-        _load_words(
-            words_desc,
-            scales_desc,
-            words_smem,
-            scales_smem,
-            loaded,
-            off_n,
-            0,
-            step + 2,
-            step + 2 < k_steps,
-        )
-        _load_words(
-            words_desc,
-            scales_desc,
-            words_smem,
-            scales_smem,
-            loaded,
-            off_n,
-            1,
-            step + 3,
-            step + 3 < k_steps,
-        )
+        for i in gl.static_range(2):
+            refill = step + 2 + i
+            _load_words(
+                words_desc,
+                scales_desc,
+                words_smem,
+                scales_smem,
+                loaded,
+                off_n,
+                i,
+                refill,
+                refill < k_steps,
+            )
         # decoded before their stages are free
         tile0 = _decoded_tile(words0, scales0)
         tile1 = _decoded_tile(words1, scales1)
