@@ -131,3 +131,63 @@ def test_the_op_unpacks_ahead_from_its_threshold_when_enabled(enabled, ahead_cal
     # The plain slot is grown either way: CUDA graphs captured later unpack into it.
     assert scratch.capacity(CPU) >= case.size_n * case.size_k
     assert (scratch.capacity(CPU, scratch.AHEAD_SLOTS[0]) > 0) == enabled
+
+
+def _four_jobs() -> list[ahead.Job]:
+    cases = [*SHAPES, Case(64, 256, "block")]
+    jobs = []
+    for index, case in enumerate(cases):
+        _, packed, stored, _ = build(Case(case.size_n, case.size_k, case.scales, seed=10 + index))
+        jobs.append(ahead.Job(packed, stored, case.size_n, case.size_k))
+    return jobs
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_deeper_prefetch_hits_the_same_layers_with_depth_plus_one_slots(depth):
+    jobs = _four_jobs()
+    state = ahead.for_device(CPU)
+    state.depth = depth
+    expected = [_plain(job) for job in jobs]
+    for _ in range(3):
+        got = _forward(state, jobs)
+        for g, e in zip(got, expected, strict=True):
+            assert torch.equal(g.view(torch.int16), e.view(torch.int16))
+    # After the learning pass, every layer but a pass's first is a hit, at any depth.
+    assert (state.stats.hits, state.stats.misses) == (6, 6)
+    # The first call of a pass queues `depth` layers (as many as the pass has left); each hit
+    # tops the queue up by one while layers remain.
+    assert state.stats.prefetches == 6
+    used = [slot for slot in scratch.AHEAD_SLOTS if scratch.capacity(CPU, slot) > 0]
+    assert used == list(scratch.AHEAD_SLOTS[: depth + 1])
+
+
+def test_two_ahead_never_writes_a_slot_the_next_two_layers_read():
+    jobs = _four_jobs()
+    state = ahead.for_device(CPU)
+    state.depth = 2
+    _forward(state, jobs)
+    for _ in range(2):
+        pointers = []
+        for job in jobs:
+            with state.unpacked(job) as weight:
+                pointers.append(weight.data_ptr())
+        windows = zip(pointers, pointers[1:], pointers[2:], strict=False)
+        assert all(len(set(window)) == 3 for window in windows)
+
+
+def test_a_miss_two_ahead_drops_both_predictions_and_stays_exact():
+    jobs = _four_jobs()
+    state = ahead.for_device(CPU)
+    state.depth = 2
+    _forward(state, jobs)
+    order = [jobs[0], jobs[2], jobs[1], jobs[3]]  # jobs 1 and 2 were queued, 2 came first
+    for _ in range(2):
+        got = _forward(state, order)
+        for job, weight in zip(order, got, strict=True):
+            assert torch.equal(weight.view(torch.int16), _plain(job).view(torch.int16))
+    assert state.stats.misses >= 7
+
+
+def test_an_unsupported_depth_is_refused():
+    with pytest.raises(ValueError, match=r"depth must be 1\.\.3"):
+        ahead.UnpackAhead(CPU, depth=4)

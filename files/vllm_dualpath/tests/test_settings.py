@@ -13,6 +13,7 @@ def test_defaults_with_an_empty_environment():
     assert (current.small_m_max, current.large_m_min) == (20, 1024)
     assert current.enabled and not current.strict
     assert current.channel_scale == settings.CHANNEL_SCALE_EPILOGUE
+    assert (current.unpack_ahead_min_m, current.unpack_ahead_depth) == (1024, 1)
 
 
 def test_values_are_read(tmp_path):
@@ -28,9 +29,10 @@ def test_values_are_read(tmp_path):
             "DUALPATH_CHANNEL_SCALE": "unpack",
             "DUALPATH_UNPACK_AHEAD": "0",
             "DUALPATH_UNPACK_AHEAD_MIN_M": "4096",
+            "DUALPATH_UNPACK_AHEAD_DEPTH": "2",
         }
     )
-    assert current == settings.Settings(False, 32, 256, table, True, "unpack", False, 4096)
+    assert current == settings.Settings(False, 32, 256, table, True, "unpack", False, 4096, 2)
 
 
 @pytest.mark.parametrize(
@@ -44,6 +46,9 @@ def test_values_are_read(tmp_path):
         ("DUALPATH_CHANNEL_SCALE", "kernel"),
         ("DUALPATH_UNPACK_AHEAD", "sometimes"),
         ("DUALPATH_UNPACK_AHEAD_MIN_M", "2k"),
+        ("DUALPATH_UNPACK_AHEAD_DEPTH", "two"),
+        ("DUALPATH_UNPACK_AHEAD_DEPTH", "0"),
+        ("DUALPATH_UNPACK_AHEAD_DEPTH", "4"),
         ("DUALPATH_CALIBRATION_TABLE", "/nonexistent/table.json"),
     ],
 )
@@ -55,3 +60,10 @@ def test_invalid_value_is_an_error_naming_the_variable(variable, value):
 def test_thresholds_must_leave_the_large_one_above_the_small_one():
     with pytest.raises(settings.SettingsError, match="DUALPATH_LARGE_M_MIN=64 must be greater"):
         settings.load({"DUALPATH_SMALL_M_MAX": "64", "DUALPATH_LARGE_M_MIN": "64"})
+
+
+def test_an_unpack_ahead_depth_out_of_range_says_what_is_allowed():
+    with pytest.raises(settings.SettingsError, match="must be between 1 and 3 layers"):
+        settings.load({"DUALPATH_UNPACK_AHEAD_DEPTH": "4"})
+    with pytest.raises(settings.SettingsError, match="not a whole number of layers"):
+        settings.load({"DUALPATH_UNPACK_AHEAD_DEPTH": "1.5"})

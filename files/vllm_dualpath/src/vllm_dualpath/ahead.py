@@ -1,24 +1,27 @@
-"""Unpack ahead: the next layer's weight is unpacked on a side stream before its call comes.
+"""Unpack ahead: the next layers' weights are unpacked on a side stream before their calls come.
 
 vLLM runs the dense layers of a forward pass in the same order every time, so the order seen
-once predicts the next unpack-path call. Each call from ``DUALPATH_UNPACK_AHEAD_MIN_M`` up
+once predicts the next unpack-path calls. Each call from ``DUALPATH_UNPACK_AHEAD_MIN_M`` up
 
 1. learns its place in that order (its predecessor's successor is this layer),
 2. takes its unpacked weight from the slot a previous call prefetched it into (a hit: the
    current stream waits for the side stream's event), or unpacks it now (a miss),
 3. runs its GEMM inside the ``with`` block;
-4. on leaving it, records that its slot is free again and queues the unpack of its predicted
-   successor into the other slot, on the side stream, to start when this GEMM has ended: it
-   then runs in the work between the two dense layers (attention, the SiLU-and-mul, the TP2
-   all-reduce, during which the GPU mostly waits on the link), not against the GEMM, whose
-   cuBLAS kernel holds every SM. (Making cuBLAS leave SMs free for it, with a small unpack
-   grid there, measured slower: docs/perf/unpack-ahead-h200.md.)
+4. on leaving it, records that its slot is free again and queues the unpacks of the layers
+   predicted to follow until ``depth`` are pending (``DUALPATH_UNPACK_AHEAD_DEPTH``), each into
+   a slot of its own, on the side stream, to start when this GEMM has ended. One layer ahead
+   (the default), the unpack then runs in the work between the two dense layers (attention,
+   the SiLU-and-mul, the TP2 all-reduce, during which the GPU mostly waits on the link), not
+   against a GEMM, whose cuBLAS kernel holds every SM. (Making cuBLAS leave SMs free for it,
+   with a small unpack grid there, measured slower: docs/perf/unpack-ahead-h200.md.) Deeper,
+   the unpacks for the layers after the next one run against the next GEMM: faster where
+   nothing runs between the dense layers, slower in a TP2 step (docs/perf/ahead-depth-h200.md).
 
 A prediction is only a guess: a call that does not match it unpacks its own weight, so results
 never depend on it. Nothing is prefetched across the end of a forward pass (a successor earlier
 in the order than its predecessor), so a weight changed between passes is never served stale.
-Two slots (``scratch.AHEAD_SLOTS``), each as large as the largest weight it has held; the op
-also keeps the plain slot grown, for the CUDA graphs captured later.
+``depth + 1`` slots (``scratch.AHEAD_SLOTS``), each as large as the largest weight it has held;
+the op also keeps the plain slot grown, for the CUDA graphs captured later.
 On the CPU (tests) there are no streams: a prefetch runs at once, with the same slot logic.
 """
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -78,10 +82,11 @@ class _JobRef:
         return Job(weight, scales, self.size_n, self.size_k)
 
 
-@dataclass
+@dataclass(eq=False)  # slots compare by identity (``in`` on the pending queue)
 class _Slot:
     index: int
     holds: Key | None = None
+    last_use: int = 0  # when a call or a prefetch last took it (least recent is reused first)
     weight: torch.Tensor | None = None  # the [n, k] view of what it holds
     # Recorded again on every use (an event wait sees its latest record).
     ready: torch.cuda.Event | None = None  # side stream: the last prefetch into it is written
@@ -101,14 +106,18 @@ class UnpackAhead:
 
     device: torch.device
     stats: Stats = field(default_factory=Stats)
-    _slots: tuple[_Slot, _Slot] = field(
-        default_factory=lambda: (_Slot(scratch.AHEAD_SLOTS[0]), _Slot(scratch.AHEAD_SLOTS[1]))
+    # Layers unpacked ahead of the current one; slots in use: depth + 1.
+    depth: int = 1
+    _slots: tuple[_Slot, ...] = field(
+        default_factory=lambda: tuple(_Slot(index) for index in scratch.AHEAD_SLOTS)
     )
     _order: dict[Key, int] = field(default_factory=dict)
     _successor: dict[Key, Key] = field(default_factory=dict)
     _jobs: dict[Key, _JobRef] = field(default_factory=dict)
     _previous: Key | None = None
-    _pending: _Slot | None = None
+    # Slots prefetched into, in the order their layers are predicted to come.
+    _pending: deque[_Slot] = field(default_factory=deque)
+    _clock: int = 0
     _stream: torch.cuda.Stream | None = None
     _on_gpu: bool = False
     # The caller's stream, as an object, and its handle: fetching the handle is cheap, building
@@ -121,6 +130,8 @@ class UnpackAhead:
     after_gemm: bool = True
 
     def __post_init__(self) -> None:
+        if not 1 <= self.depth <= scratch.MAX_AHEAD_DEPTH:
+            raise ValueError(f"depth must be 1..{scratch.MAX_AHEAD_DEPTH}, got {self.depth}")
         self._on_gpu = self.device.type == "cuda"
         if self._on_gpu:
             self._index = (
@@ -155,36 +166,69 @@ class UnpackAhead:
             self._successor[self._previous] = key
         self._previous = key
 
+    def _claim(self, slot: _Slot, key: Key) -> _Slot:
+        self._clock += 1
+        slot.last_use = self._clock
+        slot.holds = key
+        return slot
+
+    def _spare_slot(self, busy: _Slot | None) -> _Slot:
+        """The least recently used slot of the first depth + 1 that holds no pending prefetch
+        and is not ``busy``: a prefetch into it waits for its last reader, not for a GEMM
+        queued later."""
+        candidates = [
+            s for s in self._slots[: self.depth + 1] if s is not busy and s not in self._pending
+        ]
+        return min(candidates, key=lambda s: s.last_use)
+
     def _take(
         self, key: Key, job: Job, current: torch.cuda.Stream | None
     ) -> tuple[_Slot, torch.Tensor]:
-        pending, self._pending = self._pending, None
-        if pending is not None and pending.holds == key and pending.weight is not None:
+        pending = self._pending
+        if pending and pending[0].holds == key and pending[0].weight is not None:
+            slot = pending.popleft()
             self.stats.hits += 1
-            if current is not None and pending.ready is not None:
-                current.wait_event(pending.ready)
-            return pending, pending.weight
+            if current is not None and slot.ready is not None:
+                current.wait_event(slot.ready)
+            return slot, slot.weight
         self.stats.misses += 1
-        # Never the slot a prefetch may still be writing; wait for any older one into this slot.
-        slot = self._slots[1] if pending is self._slots[0] else self._slots[0]
+        # Off the predicted order: the prefetches queued are of no use now. A slot one of them
+        # may still be writing is reused last; the wait below orders it after that write.
+        pending.clear()
+        slot = self._spare_slot(None)
         if current is not None and slot.ready is not None:
             current.wait_event(slot.ready)
-        slot.holds = key
+        self._claim(slot, key)
         slot.weight = job.run(self._buffer(slot, job, current))
         return slot, slot.weight
 
-    def _prefetch_successor(self, key: Key, used: _Slot, current: torch.cuda.Stream | None) -> None:
+    def _next_in_pass(self, key: Key) -> Key | None:
         successor = self._successor.get(key)
         if successor is None or self._order[successor] <= self._order[key]:
-            return
-        job = self._jobs[successor].job()
-        if job is None:  # its tensors are gone: forget it
-            del self._jobs[successor], self._successor[key]
-            return
-        target = self._slots[1] if used is self._slots[0] else self._slots[0]
+            return None
+        return successor
+
+    def _prefetch_successors(
+        self, key: Key, used: _Slot, current: torch.cuda.Stream | None
+    ) -> None:
+        """Queue unpacks of the layers predicted after ``key`` until ``depth`` are pending."""
+        last = self._pending[-1].holds if self._pending else key
+        while len(self._pending) < self.depth and last is not None:
+            successor = self._next_in_pass(last)
+            if successor is None:
+                return
+            job = self._jobs[successor].job()
+            if job is None:  # its tensors are gone: forget it
+                del self._jobs[successor], self._successor[last]
+                return
+            self._prefetch(job, successor, used, current)
+            last = successor
+
+    def _prefetch(self, job: Job, key: Key, used: _Slot, current: torch.cuda.Stream | None) -> None:
+        target = self._spare_slot(used)
         buffer = self._buffer(target, job, current)
-        target.holds = successor
-        self._pending = target
+        self._claim(target, key)
+        self._pending.append(target)
         self.stats.prefetches += 1
         if current is None:
             target.weight = job.run(buffer)
@@ -220,7 +264,7 @@ class UnpackAhead:
                 if slot.free is None:
                     slot.free = torch.cuda.Event()
                 slot.free.record(current)
-        self._prefetch_successor(key, slot, current)
+        self._prefetch_successors(key, slot, current)
 
 
 _per_device: dict[torch.device, UnpackAhead] = {}

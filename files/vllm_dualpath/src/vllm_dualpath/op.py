@@ -200,7 +200,9 @@ def fp8_marlin_linear(
         scratch.acquire(input.device, size_n * size_k)
         scales = scales_for_unpack(weight_scale, current.channel_scale)
         job = ahead.Job(weight, scales, size_n, size_k)
-        with ahead.for_device(input.device).unpacked(job) as unpacked:
+        state = ahead.for_device(input.device)
+        state.depth = current.unpack_ahead_depth
+        with state.unpacked(job) as unpacked:
             output = linear_on_unpacked(
                 x, unpacked, weight_scale, size_n, bias, current.channel_scale
             )

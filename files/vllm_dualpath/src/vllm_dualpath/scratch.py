@@ -1,8 +1,8 @@
 """Reusable BF16 scratch buffers per device for unpacked weights.
 
-Slot 0 serves the plain unpack path (and CUDA graphs); slots 1 and 2 are the double buffer of
-the unpack-ahead path (``ahead``), so a prefetch in flight never writes a buffer a captured graph
-reads. Each slot only grows (to the largest weight it has held), so steady state allocates
+Slot 0 serves the plain unpack path (and CUDA graphs); slots from 1 up serve the unpack-ahead
+path (``ahead``: depth + 1 of them), so a prefetch in flight never writes a buffer a captured
+graph reads. Each slot only grows (to the largest weight it has held), so steady state allocates
 nothing; none is allocated while a CUDA graph is being captured, because memory from a capture
 pool must not outlive the graph. vLLM's profiling forward pass at the largest batch grows them
 before capture.
@@ -14,8 +14,11 @@ import threading
 
 import torch
 
+from vllm_dualpath import settings
+
 PLAIN_SLOT = 0
-AHEAD_SLOTS = (1, 2)
+MAX_AHEAD_DEPTH = settings.MAX_UNPACK_AHEAD_DEPTH
+AHEAD_SLOTS = tuple(range(1, MAX_AHEAD_DEPTH + 2))
 
 _buffers: dict[tuple[torch.device, int], torch.Tensor] = {}
 _lock = threading.Lock()

@@ -15,6 +15,7 @@ STRICT = "DUALPATH_STRICT"
 CHANNEL_SCALE = "DUALPATH_CHANNEL_SCALE"
 UNPACK_AHEAD = "DUALPATH_UNPACK_AHEAD"
 UNPACK_AHEAD_MIN_M = "DUALPATH_UNPACK_AHEAD_MIN_M"
+UNPACK_AHEAD_DEPTH = "DUALPATH_UNPACK_AHEAD_DEPTH"
 
 DEFAULT_SMALL_M_MAX = 20
 DEFAULT_LARGE_M_MIN = 1024
@@ -22,6 +23,11 @@ DEFAULT_LARGE_M_MIN = 1024
 # dense layers, that pays from M = 1024 (docs/perf/decoder-step-h200.md). Raise it where nothing
 # runs between the dense layers: there the host time ahead adds per call can outweigh it.
 DEFAULT_UNPACK_AHEAD_MIN_M = 1024
+# One layer ahead: each unpack starts when the GEMM before its layer has ended, so it runs in the
+# work between the two. Deeper, the extra unpacks run against the next GEMM instead: faster where
+# nothing runs between the dense layers, slower in a TP2 step (docs/perf/ahead-depth-h200.md).
+DEFAULT_UNPACK_AHEAD_DEPTH = 1
+MAX_UNPACK_AHEAD_DEPTH = 3
 
 CHANNEL_SCALE_EPILOGUE = "epilogue"
 CHANNEL_SCALE_UNPACK = "unpack"
@@ -44,6 +50,7 @@ class Settings:
     channel_scale: str = CHANNEL_SCALE_EPILOGUE
     unpack_ahead: bool = True
     unpack_ahead_min_m: int = DEFAULT_UNPACK_AHEAD_MIN_M
+    unpack_ahead_depth: int = DEFAULT_UNPACK_AHEAD_DEPTH
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -58,14 +65,14 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
 
 
-def _count(env: Mapping[str, str], name: str, default: int) -> int:
+def _count(env: Mapping[str, str], name: str, default: int, unit: str = "tokens") -> int:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
         value = int(raw.strip(), 10)
     except ValueError:
-        raise SettingsError(f"{name}={raw!r} is not a whole number of tokens") from None
+        raise SettingsError(f"{name}={raw!r} is not a whole number of {unit}") from None
     if value < 0:
         raise SettingsError(f"{name}={raw!r} must not be negative")
     return value
@@ -88,6 +95,11 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     large = _count(env, LARGE_M_MIN, DEFAULT_LARGE_M_MIN)
     if large <= small:
         raise SettingsError(f"{LARGE_M_MIN}={large} must be greater than {SMALL_M_MAX}={small}")
+    depth = _count(env, UNPACK_AHEAD_DEPTH, DEFAULT_UNPACK_AHEAD_DEPTH, "layers")
+    if not 1 <= depth <= MAX_UNPACK_AHEAD_DEPTH:
+        raise SettingsError(
+            f"{UNPACK_AHEAD_DEPTH}={depth} must be between 1 and {MAX_UNPACK_AHEAD_DEPTH} layers"
+        )
     table_raw = env.get(CALIBRATION_TABLE, "").strip()
     table = Path(table_raw) if table_raw else None
     if table is not None and not table.is_file():
@@ -106,4 +118,5 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         ),
         unpack_ahead=_flag(env, UNPACK_AHEAD, True),
         unpack_ahead_min_m=_count(env, UNPACK_AHEAD_MIN_M, DEFAULT_UNPACK_AHEAD_MIN_M),
+        unpack_ahead_depth=depth,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from overlay_setup import force
 
@@ -32,7 +33,8 @@ def _forward(layers, inputs) -> list[torch.Tensor]:
     ]
 
 
-def test_ahead_gives_the_in_line_bits_on_every_pass(generator) -> None:
+@pytest.mark.parametrize("depth", [1, 2])
+def test_ahead_gives_the_in_line_bits_on_every_pass(generator, depth) -> None:
     layers = _stack(generator)
     inputs = [
         torch.randn(M, k, device="cuda", generator=generator).to(torch.bfloat16) for _, k in SHAPES
@@ -44,7 +46,10 @@ def test_ahead_gives_the_in_line_bits_on_every_pass(generator) -> None:
     torch.cuda.synchronize()
 
     ahead.reset_all()
-    ahead_on = settings.Settings(small_m_max=0, large_m_min=1, unpack_ahead_min_m=1)
+    scratch.release_all()  # so the slots held below are this test's
+    ahead_on = settings.Settings(
+        small_m_max=0, large_m_min=1, unpack_ahead_min_m=1, unpack_ahead_depth=depth
+    )
     op.configure(ahead_on, None)
     for _ in range(4):
         got = _forward(layers, inputs)
@@ -56,6 +61,8 @@ def test_ahead_gives_the_in_line_bits_on_every_pass(generator) -> None:
     largest = max(n * k for n, k in SHAPES)
     device = inputs[0].device
     assert max(scratch.capacity(device, slot) for slot in scratch.AHEAD_SLOTS) >= largest
+    held = [slot for slot in scratch.AHEAD_SLOTS if scratch.capacity(device, slot) > 0]
+    assert held == list(scratch.AHEAD_SLOTS[: depth + 1])
     assert scratch.capacity(device) >= largest  # kept for graphs captured later
 
 
@@ -83,8 +90,9 @@ def test_a_prefetch_starts_when_the_gemm_before_it_has_ended(generator) -> None:
     first(x, layer.qweight, layer.scales, None, layer.size_n, layer.size_k, layer.bias, True)
     gemm_done = torch.cuda.Event(enable_timing=True)
     gemm_done.record()
-    prefetch = state._pending
-    assert prefetch is not None and prefetch.ready is not None
+    assert len(state._pending) == 1
+    prefetch = state._pending[0]
+    assert prefetch.ready is not None
     written = torch.cuda.Event(enable_timing=True)
     written.record(state._stream)  # the side stream, right behind the prefetch
     torch.cuda.synchronize()
