@@ -67,8 +67,10 @@ def ahead_from_2048(monkeypatch):
 
 
 def test_the_default_path_is_ahead_from_the_large_m_threshold_up() -> None:
-    assert model_report.default_path(1024) == "unpack_ahead"
-    assert model_report.default_path(8192) == "unpack_ahead"
+    assert model_report.default_path(1024, {}) == "unpack_ahead"
+    assert model_report.default_path(8192, {}) == "unpack_ahead"
+    deeper = {"default_ahead_depth": 2}
+    assert model_report.default_path(1024, deeper) == "unpack_ahead_depth2"
 
 
 def _model_result(inline_1024: float, ahead_4096: float) -> dict:
@@ -172,3 +174,52 @@ def test_several_results_are_reported_one_after_another(ahead_from_2048, tmp_pat
     assert text.count("| target:") == 1
     assert png.read_bytes().startswith(b"\x89PNG")
     assert "MISSED dual path / bf16 at M = 1024: 1.110" in capsys.readouterr().out
+
+
+def test_two_ahead_is_a_column_and_judged_when_it_was_the_default(tmp_path) -> None:
+    result = _model_result(105.0, 102.0)
+    result["rows"] += [
+        {"m": m, "path": "unpack_ahead_depth2", "median_us": 112.0, "host_us": 50.0}
+        for m in (1024, 4096)
+    ]
+    table = model_report.markdown(result)
+    assert "| unpack ahead | two ahead | hidden |" in table
+    assert "| 1024 | 100 | 2.500x | 1.050x | 0.900x | 1.120x |" in table
+    assert [met for *_, met in model_report.target_lines(result)] == [True, True]
+    result["default_ahead_depth"] = 2  # measured when the op went two layers ahead
+    assert [met for *_, met in model_report.target_lines(result)] == [False, False]
+    assert "| 4096 | 100 | 2.500x | 0.950x | 1.020x | 1.120x | - | unpack_ahead_depth2 |" in (
+        model_report.markdown(result)
+    )
+    assert "32,768 more for the unpack-ahead double buffer" in model_report.markdown(result)
+    result["scratch_bytes"]["ahead_slot"] = 16384
+    assert (
+        "16,384 more for each unpack-ahead buffer (depth + 1 of them: 49,152 bytes at the "
+        "default depth, 2)"
+    ) in model_report.markdown(result)
+    png = tmp_path / "two.png"
+    model_report.plot(result, png)
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_panels_plot_one_panel_per_result(tmp_path, monkeypatch) -> None:
+    from matplotlib.figure import Figure
+
+    saved: list[Figure] = []
+    original = Figure.savefig
+    monkeypatch.setattr(
+        Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), original(fig, *a, **k))
+    )
+    files = []
+    for index, step in enumerate(("dense", "decoder", "decoder", "decoder")):
+        result = {**_model_result(111.0, 102.0), "step": step}
+        files.append(tmp_path / f"{index}.json")
+        files[-1].write_text(json.dumps(result))
+    png = tmp_path / "panels.png"
+    assert model_report.main([*map(str, files), "--panels", "--png", str(png)]) == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+    panels = [axis for axis in saved[-1].axes if axis.get_visible()]
+    assert len(panels) == 4
+    assert [len(axis.get_lines()) for axis in panels] == [3, 3, 3, 3]  # 2 paths + BF16's line
+    assert model_report.main([*map(str, files), "--png", str(tmp_path / "shared.png")]) == 0
+    assert len([axis for axis in saved[-1].axes if axis.get_visible()]) == 2

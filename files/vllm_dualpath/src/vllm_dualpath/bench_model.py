@@ -7,8 +7,9 @@ weights) run one after another for each M. Paths, timed side by side in turns: `
 on the dequantized weights), `marlin` (vLLM's Marlin call), `unpack_cublas` (the overlay's op
 with every layer unpacked in line), `unpack_ahead` (the op unpacking the next layer's weight on a
 side stream from the end of this layer's GEMM, ``vllm_dualpath.ahead``) and
-`unpack_ahead_slot_free` (the same, each prefetch started as soon as its slot is free, so against
-this layer's GEMM: the alternative, measured beside it). Passes are eager, as vLLM
+`unpack_ahead_depth2` (the same, two layers ahead) and `unpack_ahead_slot_free` (one layer
+ahead, each prefetch started as soon as its slot is free, so against this layer's GEMM: the
+alternative to starting it when the GEMM has ended). Passes are eager, as vLLM
 runs prefill batches larger than its captured sizes (the ahead path is off inside CUDA graphs),
 each from an idle GPU or, with ``--timing queued``, back to back behind queued work (see
 ``median_pass_us``); each median is of whole passes, with the host's time to issue a pass and
@@ -67,6 +68,17 @@ def build_stack(decoder_layers: int, generator: torch.Generator) -> list[tuple[S
 
 
 Layer = Callable[[Shape, WeightSet, torch.Tensor], torch.Tensor]
+
+
+def ahead_path(depth: int) -> str:
+    """The benchmark's name for unpacking ``depth`` layers ahead."""
+    return "unpack_ahead" if depth == 1 else f"unpack_ahead_depth{depth}"
+
+
+AHEAD_DEPTHS = (1, 2)
+SLOT_FREE = "unpack_ahead_slot_free"
+AHEAD_PATHS = (*(ahead_path(depth) for depth in AHEAD_DEPTHS), SLOT_FREE)
+
 STEPS = ("dense", "decoder")
 
 
@@ -95,8 +107,8 @@ def make_passes(
     def marlin() -> list[torch.Tensor]:
         return through(lambda _, w, x: marlin_linear(x, w.marlin))
 
-    def overlay(unpack_ahead: bool, after_gemm: bool = True) -> Pass:
-        current = replace(base, unpack_ahead=unpack_ahead)
+    def overlay(unpack_ahead: bool, depth: int = 1, after_gemm: bool = True) -> Pass:
+        current = replace(base, unpack_ahead=unpack_ahead, unpack_ahead_depth=depth)
         dual = torch.ops.dualpath.fp8_marlin_linear
         state = ahead.for_device(inputs[0].device)
 
@@ -115,12 +127,9 @@ def make_passes(
         "bf16": dense,
         "marlin": marlin,
         "unpack_cublas": overlay(False),
-        "unpack_ahead": overlay(True),
-        "unpack_ahead_slot_free": overlay(True, after_gemm=False),
+        **{ahead_path(depth): overlay(True, depth) for depth in AHEAD_DEPTHS},
+        SLOT_FREE: overlay(True, after_gemm=False),
     }
-
-
-AHEAD_PATHS = ("unpack_ahead", "unpack_ahead_slot_free")
 
 
 def check_same_outputs(passes: dict[str, Pass]) -> None:
@@ -302,8 +311,10 @@ def run(
             "scratch_bytes": {
                 "plain": 2 * scratch.capacity(device, scratch.PLAIN_SLOT),
                 "ahead": 2 * sum(scratch.capacity(device, s) for s in scratch.AHEAD_SLOTS),
+                "ahead_slot": 2 * max(scratch.capacity(device, s) for s in scratch.AHEAD_SLOTS),
             },
             "ahead_calls": {"hits": stats.hits, "misses": stats.misses},
+            "default_ahead_depth": settings.DEFAULT_UNPACK_AHEAD_DEPTH,
             "host_call_us": {"shape": first_shape.name, "m": first, **host_calls},
         }
         out.write_text(json.dumps(result, indent=1) + "\n")

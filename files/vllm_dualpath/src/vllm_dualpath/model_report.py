@@ -21,22 +21,27 @@ from vllm_dualpath import settings
 # (where, lowest M, highest M or None for open-ended, largest dual path / bf16).
 TARGETS = (("M = 1024", 1024, 1024, 1.10), ("M >= 2048", 2048, None, 1.03))
 PATHS = ("bf16", "marlin", "unpack_cublas", "unpack_ahead")
-# Unpacking ahead with each prefetch started as soon as its slot is free, not after the GEMM
-# that launched it: measured beside the default for comparison (results from before it lack it).
+# Measured beside the others in some results only: unpacking two layers ahead, and (older
+# results) one layer ahead with each prefetch started as soon as its slot is free, not after
+# the GEMM before it.
+DEPTH2 = "unpack_ahead_depth2"
 SLOT_FREE = "unpack_ahead_slot_free"
+OPTIONAL_PATHS = (DEPTH2, SLOT_FREE)
 HEADINGS = {
     "bf16": "bf16",
     "marlin": "marlin",
     "unpack_cublas": "unpack + cuBLAS",
     "unpack_ahead": "unpack ahead",
+    DEPTH2: "two ahead",
     SLOT_FREE: "ahead, from slot free",
 }
 
 
 def paths_of(result: dict[str, Any]) -> tuple[str, ...]:
-    """The paths a result measured: every one of ``PATHS``, and ``SLOT_FREE`` where it was."""
-    has_slot_free = any(row["path"] == SLOT_FREE for row in result["rows"])
-    return (*PATHS, SLOT_FREE) if has_slot_free else PATHS
+    """The paths a result measured: every one of ``PATHS``, then those of ``OPTIONAL_PATHS``
+    it has."""
+    measured = {row["path"] for row in result["rows"]}
+    return (*PATHS, *(p for p in OPTIONAL_PATHS if p in measured))
 
 
 def step_of(result: dict[str, Any]) -> str:
@@ -44,10 +49,17 @@ def step_of(result: dict[str, Any]) -> str:
     return str(result.get("step", "dense"))
 
 
-def default_path(m: int) -> str:
+def ahead_path(result: dict[str, Any]) -> str:
+    """The ahead path the op took with its default depth when the result was measured (one
+    layer ahead in results from before the depth was a setting)."""
+    depth = int(result.get("default_ahead_depth", 1))
+    return "unpack_ahead" if depth == 1 else f"unpack_ahead_depth{depth}"
+
+
+def default_path(m: int, result: dict[str, Any]) -> str:
     """The overlay path the op takes at M with its default settings (above the thresholds)."""
     if m >= settings.DEFAULT_UNPACK_AHEAD_MIN_M:
-        return "unpack_ahead"
+        return ahead_path(result)
     return "unpack_cublas"
 
 
@@ -71,20 +83,35 @@ def target_lines(result: dict[str, Any]) -> list[tuple[str, float, float, bool]]
         if not ms:
             continue
         worst = max(
-            table[m][default_path(m)]["median_us"] / table[m]["bf16"]["median_us"] for m in ms
+            table[m][default_path(m, result)]["median_us"] / table[m]["bf16"]["median_us"]
+            for m in ms
         )
         lines.append((where, worst, limit, worst <= limit))
     return lines
 
 
-def ahead_hides(paths: dict[str, dict[str, float]]) -> float | None:
-    """The share of the in-line path's time over BF16 that unpacking ahead removes (1: all of
-    it, 0: none, below 0: ahead is slower), or None where the in-line path costs no more."""
+def ahead_hides(paths: dict[str, dict[str, float]], ahead: str = "unpack_ahead") -> float | None:
+    """The share of the in-line path's time over BF16 that unpacking ahead (the ``ahead``
+    path) removes (1: all of it, 0: none, below 0: ahead is slower), or None where the in-line
+    path costs no more."""
     bf16 = paths["bf16"]["median_us"]
     extra = paths["unpack_cublas"]["median_us"] - bf16
     if extra <= 0:
         return None
-    return 1 - (paths["unpack_ahead"]["median_us"] - bf16) / extra
+    return 1 - (paths[ahead]["median_us"] - bf16) / extra
+
+
+def scratch_line(result: dict[str, Any]) -> str:
+    scratch = result["scratch_bytes"]
+    plain = f"Scratch: {scratch['plain']:,} bytes for the plain buffer"
+    slot = scratch.get("ahead_slot")
+    if slot is None:  # results from before the depth was a setting: two slots
+        return f"{plain}, {scratch['ahead']:,} more for the unpack-ahead double buffer."
+    depth = int(result.get("default_ahead_depth", 1))
+    return (
+        f"{plain}, {slot:,} more for each unpack-ahead buffer (depth + 1 of them: "
+        f"{(depth + 1) * slot:,} bytes at the default depth, {depth})."
+    )
 
 
 def step_line(result: dict[str, Any]) -> str:
@@ -146,33 +173,30 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         "Median time of a pass on the GPU's clock (us), time / BF16; hidden: the share of the",
-        "in-line path's time over BF16 that unpacking ahead removes; host: median time the host",
-        "took to issue the pass (us). Where host time reaches pass time, the host sets the pace.",
+        "in-line path's time over BF16 that unpacking ahead (at the default depth) removes;",
+        "host: median time the host took to issue the pass (us). Where host time reaches pass",
+        "time, the host sets the pace.",
         "",
         "| M | "
         + " | ".join(HEADINGS[p] for p in measured)
         + " | hidden | default | host bf16 | host in-line | host ahead |",
         "|---|" + "---|" * (len(measured) + 5),
     ]
+    ahead = ahead_path(result)
     for m, paths in by_m(result).items():
         bf16 = paths["bf16"]["median_us"]
         cells = [f"{paths[p]['median_us'] / bf16:.3f}x" for p in measured[1:]]
-        hidden = ahead_hides(paths)
+        hidden = ahead_hides(paths, ahead)
         cells.append("-" if hidden is None else f"{hidden:.0%}")
-        hosts = [f"{paths[p]['host_us']:.0f}" for p in ("bf16", "unpack_cublas", "unpack_ahead")]
+        hosts = [f"{paths[p]['host_us']:.0f}" for p in ("bf16", "unpack_cublas", ahead)]
         lines.append(
             f"| {m} | {bf16:.0f} | "
             + " | ".join(cells)
-            + f" | {default_path(m)} | "
+            + f" | {default_path(m, result)} | "
             + " | ".join(hosts)
             + " |"
         )
-    scratch = result["scratch_bytes"]
-    lines += [
-        "",
-        f"Scratch: {scratch['plain']:,} bytes for the plain buffer, {scratch['ahead']:,} more "
-        "for the unpack-ahead double buffer.",
-    ]
+    lines += ["", scratch_line(result)]
     lines += _clock_table(result)
     calls = result.get("host_call_us")
     if calls:
@@ -197,6 +221,19 @@ def _m_axes(ratio_axis: Any, other_axis: Any, other_baseline: float) -> None:
     ratio_axis.set_ylabel("pass time / BF16 cuBLAS")
 
 
+def _draw_targets(axis: Any, ms: Sequence[int]) -> None:
+    """The targets' limits as dotted lines over the M they apply to."""
+    for _, low, high, limit in TARGETS:
+        end = ms[-1] if high is None else high * 1.4
+        axis.hlines(limit, low / 1.4, end, colors="gray", linestyles=":", linewidth=1)
+
+
+def _save(fig: Any, heading: str, png: Path, fontsize: int) -> None:
+    fig.suptitle(heading, fontsize=fontsize)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def plot(result: dict[str, Any], png: Path) -> None:
     import matplotlib
 
@@ -210,6 +247,7 @@ def plot(result: dict[str, Any], png: Path) -> None:
         "marlin": ("Marlin FP8", "tab:orange"),
         "unpack_cublas": ("unpack + cuBLAS, in line", "tab:green"),
         "unpack_ahead": ("unpack ahead (side stream)", "tab:blue"),
+        DEPTH2: ("unpack two ahead", "tab:red"),
         SLOT_FREE: ("unpack ahead, from slot free", "tab:purple"),
     }
     measured = paths_of(result)
@@ -227,9 +265,8 @@ def plot(result: dict[str, Any], png: Path) -> None:
             markersize=3,
         )
     dense = step_of(result) == "dense"
-    for _, low, high, limit in TARGETS if dense else ():
-        end = ms[-1] if high is None else high * 1.4
-        ratio_axis.hlines(limit, low / 1.4, end, colors="gray", linestyles=":", linewidth=1)
+    if dense:
+        _draw_targets(ratio_axis, ms)
     _m_axes(ratio_axis, host_axis, 1.0)
     ratio_axis.set_title("time of a pass" + (" (dotted: targets)" if dense else ""), fontsize=10)
     host_axis.set_ylabel("host issue time / pass time")
@@ -239,13 +276,11 @@ def plot(result: dict[str, Any], png: Path) -> None:
     if not dense:
         link = result.get("link_gbs")
         around = " with decoder work" + ("" if link is None else f", link {link:g} GB/s")
-    fig.suptitle(
+    heading = (
         f"{result['gpu']}: {len(result['layers'])} dense layers of a TP2 rank in forward order"
-        f"{around} ({result.get('timing', 'isolated')} passes)",
-        fontsize=11,
+        f"{around} ({result.get('timing', 'isolated')} passes)"
     )
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    _save(fig, heading, png, 11)
 
 
 def title(result: dict[str, Any]) -> str:
@@ -271,13 +306,15 @@ def plot_sweep(results: Sequence[dict[str, Any]], png: Path) -> None:
         ms = list(table)
         color = colors[index % len(colors)]
         lines = {"unpack_cublas": (":", "in line"), "unpack_ahead": ("-", "ahead")}
+        if DEPTH2 in paths_of(result):
+            lines[DEPTH2] = ("--", "two ahead")
         if SLOT_FREE in paths_of(result):
-            lines[SLOT_FREE] = ("--", "ahead from slot free")
+            lines[SLOT_FREE] = ("-.", "ahead from slot free")
         for path, (style, name) in lines.items():
             ratios = [table[m][path]["median_us"] / table[m]["bf16"]["median_us"] for m in ms]
             label = f"{title(result)}: {name}"
             ratio_axis.plot(ms, ratios, style, color=color, marker="o", markersize=3, label=label)
-        hidden = [ahead_hides(table[m]) for m in ms]
+        hidden = [ahead_hides(table[m], ahead_path(result)) for m in ms]
         shown = [(m, h) for m, h in zip(ms, hidden, strict=True) if h is not None]
         hidden_axis.plot(
             [m for m, _ in shown],
@@ -288,14 +325,63 @@ def plot_sweep(results: Sequence[dict[str, Any]], png: Path) -> None:
             label=title(result),
         )
     _m_axes(ratio_axis, hidden_axis, 0.0)
-    ratio_axis.set_title("dotted: in line; solid: ahead; dashed: ahead from slot free", fontsize=9)
+    ratio_axis.set_title(
+        "dotted: in line; solid: ahead; dashed: two ahead; dash-dot: ahead from slot free",
+        fontsize=8,
+    )
     hidden_axis.set_ylabel("% of the in-line path's extra time hidden")
     hidden_axis.set_title("what unpacking ahead hides", fontsize=10)
     ratio_axis.legend(fontsize=6)
     hidden_axis.legend(fontsize=7)
-    fig.suptitle(f"{results[0]['gpu']}: dual path against BF16 per pass", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    _save(fig, f"{results[0]['gpu']}: dual path against BF16 per pass", png, 11)
+
+
+PANEL_PATHS = ("unpack_cublas", "unpack_ahead", DEPTH2, SLOT_FREE)
+PANEL_RATIOS = (0.85, 1.5)  # the y range: where the overlay paths differ from BF16
+
+
+def plot_panels(results: Sequence[dict[str, Any]], png: Path) -> None:
+    """One panel per result, each with every overlay path it measured against BF16: the
+    unpack-ahead variants side by side, step by step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(3, len(results))
+    rows = -(-len(results) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False, sharey=True
+    )
+    colors = {"unpack_cublas": "tab:green", "unpack_ahead": "tab:blue"}
+    colors.update({DEPTH2: "tab:red", SLOT_FREE: "tab:purple"})
+    for axis, result in zip(axes.flat, results, strict=False):
+        table = by_m(result)
+        ms = list(table)
+        for path in PANEL_PATHS:
+            if path not in paths_of(result):
+                continue
+            ratios = [table[m][path]["median_us"] / table[m]["bf16"]["median_us"] for m in ms]
+            style = {"color": colors[path], "marker": "o", "markersize": 3}
+            axis.plot(ms, ratios, label=HEADINGS[path], **style)
+        if step_of(result) == "dense":
+            _draw_targets(axis, ms)
+        axis.axhline(1.0, color="black", linewidth=0.8)
+        axis.set_xscale("log", base=2)
+        axis.set_ylim(*PANEL_RATIOS)
+        axis.grid(True, which="both", alpha=0.3)
+        axis.set_title(title(result), fontsize=9)
+        axis.set_xlabel("M (tokens in the pass)", fontsize=8)
+    for axis in axes.flat[len(results) :]:
+        axis.set_visible(False)
+    for axis in axes[:, 0]:
+        axis.set_ylabel("pass time / BF16 cuBLAS")
+    axes.flat[0].legend(fontsize=7)
+    heading = (
+        f"{results[0]['gpu']}: unpack-ahead variants per step (dotted: targets; "
+        f"values above {PANEL_RATIOS[1]} are off the top)"
+    )
+    _save(fig, heading, png, 10)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -310,6 +396,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--png", type=Path, help="plot to write")
     parser.add_argument("--markdown", type=Path, help="targets and table to write")
+    parser.add_argument(
+        "--panels",
+        action="store_true",
+        help="plot one panel per result with every overlay path, instead of one shared plot",
+    )
     args = parser.parse_args(argv)
     results = [json.loads(path.read_text(encoding="utf-8")) for path in args.results]
     for result in results:
@@ -317,7 +408,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             state = "met" if met else "MISSED"
             print(f"{state:6s} dual path / bf16 at {where}: {worst:.3f} (at most {limit})")
     if args.png:
-        if len(results) == 1:
+        if args.panels:
+            plot_panels(results, args.png)
+        elif len(results) == 1:
             plot(results[0], args.png)
         else:
             plot_sweep(results, args.png)
