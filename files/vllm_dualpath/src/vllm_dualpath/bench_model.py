@@ -47,6 +47,7 @@ from vllm_dualpath.bench_paths import (
     require_gpu_and_marlin,
 )
 from vllm_dualpath.marlin_reference import marlin_linear
+from vllm_dualpath.model_report import SLOT_FREE, path_of_depth
 
 M_VALUES = (512, 1024, 2048, 4096, 8192)
 LAYER_SHAPES = step_work.DECODER_LAYERS
@@ -70,14 +71,8 @@ def build_stack(decoder_layers: int, generator: torch.Generator) -> list[tuple[S
 Layer = Callable[[Shape, WeightSet, torch.Tensor], torch.Tensor]
 
 
-def ahead_path(depth: int) -> str:
-    """The benchmark's name for unpacking ``depth`` layers ahead."""
-    return "unpack_ahead" if depth == 1 else f"unpack_ahead_depth{depth}"
-
-
 AHEAD_DEPTHS = (1, 2)
-SLOT_FREE = "unpack_ahead_slot_free"
-AHEAD_PATHS = (*(ahead_path(depth) for depth in AHEAD_DEPTHS), SLOT_FREE)
+AHEAD_PATHS = (*(path_of_depth(depth) for depth in AHEAD_DEPTHS), SLOT_FREE)
 
 STEPS = ("dense", "decoder")
 
@@ -127,7 +122,7 @@ def make_passes(
         "bf16": dense,
         "marlin": marlin,
         "unpack_cublas": overlay(False),
-        **{ahead_path(depth): overlay(True, depth) for depth in AHEAD_DEPTHS},
+        **{path_of_depth(depth): overlay(True, depth) for depth in AHEAD_DEPTHS},
         SLOT_FREE: overlay(True, after_gemm=False),
     }
 

@@ -21,10 +21,17 @@ from vllm_dualpath import settings
 # (where, lowest M, highest M or None for open-ended, largest dual path / bf16).
 TARGETS = (("M = 1024", 1024, 1024, 1.10), ("M >= 2048", 2048, None, 1.03))
 PATHS = ("bf16", "marlin", "unpack_cublas", "unpack_ahead")
+
+
+def path_of_depth(depth: int) -> str:
+    """The benchmark's name for unpacking ``depth`` layers ahead."""
+    return "unpack_ahead" if depth == 1 else f"unpack_ahead_depth{depth}"
+
+
 # Measured beside the others in some results only: unpacking two layers ahead, and (older
 # results) one layer ahead with each prefetch started as soon as its slot is free, not after
 # the GEMM before it.
-DEPTH2 = "unpack_ahead_depth2"
+DEPTH2 = path_of_depth(2)
 SLOT_FREE = "unpack_ahead_slot_free"
 OPTIONAL_PATHS = (DEPTH2, SLOT_FREE)
 HEADINGS = {
@@ -34,6 +41,13 @@ HEADINGS = {
     "unpack_ahead": "unpack ahead",
     DEPTH2: "two ahead",
     SLOT_FREE: "ahead, from slot free",
+}
+COLORS = {
+    "marlin": "tab:orange",
+    "unpack_cublas": "tab:green",
+    "unpack_ahead": "tab:blue",
+    DEPTH2: "tab:red",
+    SLOT_FREE: "tab:purple",
 }
 
 
@@ -49,11 +63,15 @@ def step_of(result: dict[str, Any]) -> str:
     return str(result.get("step", "dense"))
 
 
+def default_depth(result: dict[str, Any]) -> int:
+    """The op's default unpack-ahead depth when the result was measured (one layer in results
+    from before the depth was a setting)."""
+    return int(result.get("default_ahead_depth", 1))
+
+
 def ahead_path(result: dict[str, Any]) -> str:
-    """The ahead path the op took with its default depth when the result was measured (one
-    layer ahead in results from before the depth was a setting)."""
-    depth = int(result.get("default_ahead_depth", 1))
-    return "unpack_ahead" if depth == 1 else f"unpack_ahead_depth{depth}"
+    """The ahead path the op took with its default depth when the result was measured."""
+    return path_of_depth(default_depth(result))
 
 
 def default_path(m: int, result: dict[str, Any]) -> str:
@@ -107,7 +125,7 @@ def scratch_line(result: dict[str, Any]) -> str:
     slot = scratch.get("ahead_slot")
     if slot is None:  # results from before the depth was a setting: two slots
         return f"{plain}, {scratch['ahead']:,} more for the unpack-ahead double buffer."
-    depth = int(result.get("default_ahead_depth", 1))
+    depth = default_depth(result)
     return (
         f"{plain}, {slot:,} more for each unpack-ahead buffer (depth + 1 of them: "
         f"{(depth + 1) * slot:,} bytes at the default depth, {depth})."
@@ -243,17 +261,18 @@ def plot(result: dict[str, Any], png: Path) -> None:
     table = by_m(result)
     ms = list(table)
     fig, (ratio_axis, host_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    styles = {
-        "marlin": ("Marlin FP8", "tab:orange"),
-        "unpack_cublas": ("unpack + cuBLAS, in line", "tab:green"),
-        "unpack_ahead": ("unpack ahead (side stream)", "tab:blue"),
-        DEPTH2: ("unpack two ahead", "tab:red"),
-        SLOT_FREE: ("unpack ahead, from slot free", "tab:purple"),
+    labels = {
+        "marlin": "Marlin FP8",
+        "unpack_cublas": "unpack + cuBLAS, in line",
+        "unpack_ahead": "unpack ahead (side stream)",
+        DEPTH2: "unpack two ahead",
+        SLOT_FREE: "unpack ahead, from slot free",
     }
     measured = paths_of(result)
-    for path, (label, color) in styles.items():
+    for path, label in labels.items():
         if path not in measured:
             continue
+        color = COLORS[path]
         ratios = [table[m][path]["median_us"] / table[m]["bf16"]["median_us"] for m in ms]
         ratio_axis.plot(ms, ratios, label=label, color=color, marker="o", markersize=3)
         host_axis.plot(
@@ -353,8 +372,6 @@ def plot_panels(results: Sequence[dict[str, Any]], png: Path) -> None:
     fig, axes = plt.subplots(
         rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False, sharey=True
     )
-    colors = {"unpack_cublas": "tab:green", "unpack_ahead": "tab:blue"}
-    colors.update({DEPTH2: "tab:red", SLOT_FREE: "tab:purple"})
     for axis, result in zip(axes.flat, results, strict=False):
         table = by_m(result)
         ms = list(table)
@@ -362,7 +379,7 @@ def plot_panels(results: Sequence[dict[str, Any]], png: Path) -> None:
             if path not in paths_of(result):
                 continue
             ratios = [table[m][path]["median_us"] / table[m]["bf16"]["median_us"] for m in ms]
-            style = {"color": colors[path], "marker": "o", "markersize": 3}
+            style = {"color": COLORS[path], "marker": "o", "markersize": 3}
             axis.plot(ms, ratios, label=HEADINGS[path], **style)
         if step_of(result) == "dense":
             _draw_targets(axis, ms)
