@@ -26,6 +26,11 @@ def output_of(result: subprocess.CompletedProcess[str], lines: int = 200) -> str
     return "\n".join(text.splitlines()[-lines:])
 
 
+def perf_result(tool: str) -> Path:
+    """The committed H200 result of ``tools/<tool>.py``."""
+    return REPO / "docs/perf" / (tool.replace("_", "-") + "-h200.json")
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

@@ -9,7 +9,6 @@ Gluon launch builds its TMA descriptors on the host) is in none of them.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -18,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import result_cli
 import torch
 import triton
 from vllm_dualpath import bench_model
@@ -166,18 +166,10 @@ def plot(result: dict, path: str) -> None:
 
 def main(probe: Probe, description: str, argv: Sequence[str] | None = None) -> int:
     """The probes' command line: measure on the GPU (--out, --png) or replot a result."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--out", help="JSON file for the results (runs on the GPU)")
-    parser.add_argument("--png", help="plot of the results")
-    parser.add_argument("--replot", metavar="JSON", help="plot an earlier run's JSON (no GPU)")
+    parser = result_cli.parser(description)
     args = parser.parse_args(argv)
-    if args.replot:
-        if not args.png:
-            parser.error("--replot needs --png")
-        plot(json.loads(Path(args.replot).read_text()), args.png)
+    if result_cli.replotted(parser, args, plot):
         return 0
-    if not args.out:
-        parser.error("--out is required (or --replot JSON --png PNG)")
     require_gpu_and_marlin(None, probe.tool)
     if torch.cuda.get_device_capability()[0] != 9:
         raise SystemExit(f"{probe.tool} needs a Hopper GPU (wgmma)")

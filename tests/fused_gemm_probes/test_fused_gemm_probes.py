@@ -1,81 +1,22 @@
-"""The fused GEMM probes' command lines and checks, without a GPU: the kernels themselves run
-only on a Hopper GPU (docs/perf/register-a-gemm-h200.md, docs/perf/warp-specialized-gemm-h200.md),
-where each command checks its accuracy before it times anything."""
+"""The fused GEMM probes' checks, without a GPU: the kernels themselves run only on a Hopper GPU
+(docs/perf/register-a-gemm-h200.md, docs/perf/warp-specialized-gemm-h200.md), where each command
+checks its accuracy before it times anything. Their command lines: tests/tool_commands."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import torch
-from matplotlib.image import imread
 
-from tests.conftest import REPO, output_of, run_tool
+from tests.conftest import output_of, perf_result, run_tool
 
 TOOLS = ("register_a_gemm", "warp_specialized_gemm")
-
-
-def result_of(tool: str) -> Path:
-    return REPO / "docs/perf" / (tool.replace("_", "-") + "-h200.json")
-
-
-Probe = Callable[..., tuple[int, str]]
 
 
 @pytest.fixture(params=TOOLS)
 def tool(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-def probe(monkeypatch: pytest.MonkeyPatch, tool: str) -> Probe:
-    """Run the command as its docs do: the overlay package on PYTHONPATH."""
-    monkeypatch.setenv("PYTHONPATH", str(REPO / "files/vllm_dualpath/src"))
-
-    def run(*args: str) -> tuple[int, str]:
-        result = run_tool(sys.executable, f"tools/{tool}.py", *args, timeout=300)
-        return result.returncode, output_of(result)
-
-    return run
-
-
-def test_replot_draws_the_committed_result(probe: Probe, tool: str, tmp_path: Path) -> None:
-    png = tmp_path / "plot.png"
-    code, output = probe("--replot", str(result_of(tool)), "--png", str(png))
-    assert code == 0, output
-    height, width, _ = imread(png).shape
-    assert width > 800 and height > 300
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        ((), "--out is required"),
-        (("--replot", "result.json"), "--replot needs --png"),
-    ],
-)
-def test_incomplete_arguments_are_refused(
-    probe: Probe, args: tuple[str, ...], message: str
-) -> None:
-    code, output = probe(*args)
-    assert code == 2
-    assert message in output
-
-
-@pytest.mark.skipif(
-    torch.cuda.is_available(), reason="checks the message on a machine without a GPU"
-)
-def test_without_a_gpu_it_says_so_and_writes_nothing(
-    probe: Probe, tool: str, tmp_path: Path
-) -> None:
-    out = tmp_path / "result.json"
-    code, output = probe("--out", str(out))
-    assert code != 0
-    assert f"{tool} needs a CUDA GPU" in output
-    assert not out.exists()
 
 
 def refusal(tool: str, call: str) -> str:
@@ -118,7 +59,7 @@ def test_warp_specialized_refuses_shapes_it_does_not_tile(
 
 
 def test_the_committed_results_passed_their_accuracy_check(tool: str) -> None:
-    result = json.loads(result_of(tool).read_text())
+    result = json.loads(perf_result(tool).read_text())
     names = [config["name"] for config in result["configs"]]
     assert result["command"].startswith(f"python3 tools/{tool}.py --out ")
     for row in result["accuracy"]:

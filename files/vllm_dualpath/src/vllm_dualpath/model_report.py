@@ -239,7 +239,7 @@ def _m_axes(ratio_axis: Any, other_axis: Any, other_baseline: float) -> None:
     ratio_axis.set_ylabel("pass time / BF16 cuBLAS")
 
 
-def _draw_targets(axis: Any, ms: Sequence[int]) -> None:
+def draw_targets(axis: Any, ms: Sequence[int]) -> None:
     """The targets' limits as dotted lines over the M they apply to."""
     for _, low, high, limit in TARGETS:
         end = ms[-1] if high is None else high * 1.4
@@ -285,7 +285,7 @@ def plot(result: dict[str, Any], png: Path) -> None:
         )
     dense = step_of(result) == "dense"
     if dense:
-        _draw_targets(ratio_axis, ms)
+        draw_targets(ratio_axis, ms)
     _m_axes(ratio_axis, host_axis, 1.0)
     ratio_axis.set_title("time of a pass" + (" (dotted: targets)" if dense else ""), fontsize=10)
     host_axis.set_ylabel("host issue time / pass time")
@@ -382,7 +382,7 @@ def plot_panels(results: Sequence[dict[str, Any]], png: Path) -> None:
             style = {"color": COLORS[path], "marker": "o", "markersize": 3}
             axis.plot(ms, ratios, label=HEADINGS[path], **style)
         if step_of(result) == "dense":
-            _draw_targets(axis, ms)
+            draw_targets(axis, ms)
         axis.axhline(1.0, color="black", linewidth=0.8)
         axis.set_xscale("log", base=2)
         axis.set_ylim(*PANEL_RATIOS)

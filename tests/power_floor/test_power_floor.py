@@ -1,0 +1,83 @@
+"""The power-floor tool without a GPU: the floor arithmetic, and the committed result against its
+doc (docs/perf/power-floor-h200.md). The measurement itself runs only on a CUDA GPU with NVML;
+the command line: tests/tool_commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, perf_result
+
+RESULT = perf_result("power_floor")
+DOC = REPO / "docs/perf/power-floor-h200.md"
+
+
+@pytest.fixture(scope="module")
+def tool() -> Iterator[ModuleType]:
+    paths = [str(REPO / "tools"), str(REPO / "files/vllm_dualpath/src")]
+    sys.path[:0] = paths
+    try:
+        import power_floor
+
+        yield power_floor
+    finally:
+        for path in paths:
+            sys.path.remove(path)
+
+
+def paths(bf16_w: float, unpack_us: float, unpack_w: float) -> dict[str, dict[str, float]]:
+    """BF16 passes of 1 ms at ``bf16_w``; the unpacks alone ``unpack_us`` at ``unpack_w``."""
+    return {
+        "bf16": {"us_per_pass": 1000.0, "mean_power_w": bf16_w, "j_per_pass": bf16_w * 1e-3},
+        "unpack_only": {
+            "us_per_pass": unpack_us,
+            "mean_power_w": unpack_w,
+            "j_per_pass": unpack_w * unpack_us * 1e-6,
+        },
+    }
+
+
+def test_unpacks_that_spend_nothing_above_idle_leave_no_floor(tool: ModuleType) -> None:
+    floors = tool.floors(paths(700.0, 300.0, 100.0), limit_w=700.0, idle_w=100.0)
+    assert floors == pytest.approx({"fixed_clock": 1.0, "scaled_clock": 1.0})
+
+
+def test_the_floors_of_a_worked_example(tool: ModuleType) -> None:
+    # BF16: 600 W above idle for 1 ms. Unpacks: 0.3 ms at 500 W above idle, 0.15 J.
+    floors = tool.floors(paths(700.0, 300.0, 600.0), limit_w=700.0, idle_w=100.0)
+    assert floors["fixed_clock"] == pytest.approx((0.6 + 0.15) / 0.6)
+    # 600 x**3 - 150 x**2 = 600: the GEMMs' clock lowered to leave the unpacks their power
+    roots = np.roots([600.0, -150.0, 0.0, -600.0])
+    real = max(r.real for r in roots if abs(r.imag) < 1e-9)
+    assert floors["scaled_clock"] == pytest.approx(real, abs=1e-9)
+    assert 1.0 < floors["scaled_clock"] < floors["fixed_clock"]
+
+
+def test_a_bf16_pass_below_the_limit_lowers_the_floor(tool: ModuleType) -> None:
+    at_limit = tool.floors(paths(700.0, 300.0, 600.0), limit_w=700.0, idle_w=100.0)
+    below = tool.floors(paths(550.0, 300.0, 600.0), limit_w=700.0, idle_w=100.0)
+    assert below["fixed_clock"] < at_limit["fixed_clock"]
+    assert below["scaled_clock"] < at_limit["scaled_clock"]
+
+
+def test_the_committed_result_is_what_its_doc_says(tool: ModuleType) -> None:
+    result = json.loads(RESULT.read_text())
+    doc = DOC.read_text()
+    assert result["command"].startswith("python3 tools/power_floor.py ")
+    limit, idle = result["power_limit_w"], result["idle_power_w"]
+    for row in result["rows"]:
+        floors = tool.floors(row["paths"], limit, idle)
+        assert row["floor"] == pytest.approx(floors["fixed_clock"])
+        m = row["m"]
+        line = next(line for line in doc.splitlines() if line.startswith(f"| {m} | 1."))
+        assert f"| {floors['fixed_clock']:.3f} | {floors['scaled_clock']:.3f} |" in line, line
+        bf16 = row["paths"]["bf16"]
+        # the doc's premise: BF16 alone holds the GPU at its power limit
+        assert bf16["mean_power_w"] > 0.97 * limit and bf16["power_cap_share"] > 0.9, m
+        assert f"| {m} | {bf16['us_per_pass']:.0f} us, {bf16['mean_power_w']:.0f} W" in doc

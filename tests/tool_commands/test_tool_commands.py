@@ -1,0 +1,92 @@
+"""The measuring tools' shared command line (``tools/result_cli.py``), without a GPU: each one
+redraws its committed result anywhere and refuses what it cannot do before measuring anything.
+Their measurements run only on a GPU (docs/perf/*-h200.md)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from matplotlib.image import imread
+
+from tests.conftest import REPO, output_of, perf_result, run_tool
+
+TOOLS = ("register_a_gemm", "warp_specialized_gemm", "power_floor")
+
+Command = Callable[..., tuple[int, str]]
+
+
+@pytest.fixture(params=TOOLS)
+def tool(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def command_of(monkeypatch: pytest.MonkeyPatch, tool: str) -> Command:
+    """Run the tool as its docs do: the overlay package on PYTHONPATH."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO / "files/vllm_dualpath/src"))
+
+    def run(*args: str) -> tuple[int, str]:
+        result = run_tool(sys.executable, f"tools/{tool}.py", *args, timeout=300)
+        return result.returncode, output_of(result)
+
+    return run
+
+
+@pytest.fixture
+def command(monkeypatch: pytest.MonkeyPatch, tool: str) -> Command:
+    return command_of(monkeypatch, tool)
+
+
+def test_replot_draws_the_committed_result(command: Command, tool: str, tmp_path: Path) -> None:
+    png = tmp_path / "plot.png"
+    code, output = command("--replot", str(perf_result(tool)), "--png", str(png))
+    assert code == 0, output
+    height, width, _ = imread(png).shape
+    assert width > 800 and height > 300
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "--out is required"),
+        (("--replot", "result.json"), "--replot needs --png"),
+    ],
+)
+def test_incomplete_arguments_are_refused(
+    command: Command, args: tuple[str, ...], message: str
+) -> None:
+    code, output = command(*args)
+    assert code == 2
+    assert message in output
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message on a machine without a GPU"
+)
+def test_without_a_gpu_it_says_so_and_writes_nothing(
+    command: Command, tool: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "result.json"
+    code, output = command("--out", str(out))
+    assert code != 0
+    assert f"{tool} needs a CUDA GPU" in output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--m", "1024,big"), "--m takes comma-separated whole numbers"),
+        (("--turns", "0"), "must be positive"),
+        (("--window-s", "-1"), "must be positive"),
+    ],
+)
+def test_power_floor_refuses_bad_settings(
+    monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], message: str
+) -> None:
+    code, output = command_of(monkeypatch, "power_floor")("--out", "result.json", *args)
+    assert code == 2
+    assert message in output

@@ -1,0 +1,347 @@
+"""Energy of a pass of the model benchmark's dense stack, path by path, on one GPU at its power
+limit: how much of the unpack's cost no schedule can hide while the GPU is held at that limit.
+
+    export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
+    PYTHONPATH=files/vllm_dualpath/src python3 tools/power_floor.py \\
+        --out OUT/power-floor.json --png OUT/power-floor.png
+
+Needs a CUDA GPU, NVML (the nvidia-ml-py package) and the Marlin library (as the GPU proof does).
+
+The stack is ``bench_model``'s dense step: sixteen dense layers of a TP2 rank in forward order.
+Each path's passes run back to back for about ``--window-s`` seconds; NVML's energy counter is
+read on either side of the window (the GPU idle), and the SM clock and NVML's clock-limit
+reasons are sampled while it runs. The paths take turns over ``--turns`` rounds, so drift hits
+them alike. Beside the op's paths, ``unpack_only`` runs the sixteen unpacks alone.
+
+The floor: over a window held at the power limit, time = dynamic energy / (limit - static
+power). BF16's GEMMs plus the unpacks' dynamic energy, spent at the limit, take
+(E_bf16 + E_unpack) / (P_limit - P_idle) at the least, whatever overlaps what; divided by BF16's
+own time this is the fixed-clock ``floor`` (the idle power stands in for the static power).
+``floors`` also gives it with the GEMMs' clock lowered to make room. Results:
+docs/perf/power-floor-h200.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import result_cli
+import torch
+from vllm_dualpath import bench_model, model_report, settings, unpack
+from vllm_dualpath.bench_paths import configure_overlay, log, require_gpu_and_marlin
+
+TOOL = "power_floor"
+M_VALUES = (1024, 2048, 4096, 8192)
+AHEAD = model_report.path_of_depth(settings.DEFAULT_UNPACK_AHEAD_DEPTH)
+OP_PATHS = ("bf16", "unpack_cublas", AHEAD, model_report.SLOT_FREE)
+UNPACK_ONLY = "unpack_only"
+PATHS = (*OP_PATHS, UNPACK_ONLY)
+SAMPLE_S = 0.01
+IDLE_S = 1.0
+COUNTER_PROBE_S = 0.5
+PATH_COLORS = {"bf16": "black", UNPACK_ONLY: "tab:brown"}
+# NVML clock-limit reason bits (nvmlClocksEventReason*)
+REASONS = {"power_cap": 0x4, "hw_slowdown": 0x8 | 0x80, "thermal": 0x20 | 0x40}
+
+Pass = Callable[[], object]
+
+
+def _nvml() -> Any:
+    try:
+        import pynvml
+    except ImportError:
+        raise SystemExit(f"{TOOL} needs NVML: pip install nvidia-ml-py") from None
+    pynvml.nvmlInit()
+    return pynvml
+
+
+@dataclass
+class Gauge:
+    """NVML readings of the current GPU."""
+
+    nvml: Any
+    handle: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.handle = self.nvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+
+    def energy_j(self) -> float:
+        return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)) / 1e3
+
+    def limit_w(self) -> float:
+        return float(self.nvml.nvmlDeviceGetEnforcedPowerLimit(self.handle)) / 1e3
+
+    def sample(self) -> tuple[float, int, float]:
+        """SM clock (MHz), clock-limit reasons (bits), temperature (C)."""
+        nvml, handle = self.nvml, self.handle
+        # the newer name, or the older one (nvidia-ml-py before 12.535)
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        reasons = reasons or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return (
+            float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+            int(reasons(handle)),
+            float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+        )
+
+
+def idle_power_w(gauge: Gauge) -> float:
+    torch.cuda.synchronize()
+    time.sleep(0.2)
+    before, start = gauge.energy_j(), time.perf_counter()
+    time.sleep(IDLE_S)
+    return (gauge.energy_j() - before) / (time.perf_counter() - start)
+
+
+def measure(gauge: Gauge, run: Pass, passes: int) -> dict[str, float]:
+    """One window of ``passes`` passes queued back to back: device seconds, joules (the energy
+    counter read on either side of it, with the GPU idle), host seconds per pass, and the share
+    of samples with each clock-limit reason. The samples are taken between passes as they are
+    issued, every SAMPLE_S at most, while the GPU runs earlier passes of the same window."""
+    torch.cuda.synchronize()
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples: list[tuple[float, int, float]] = []
+    before = gauge.energy_j()
+    first.record()
+    issued = next_sample = time.perf_counter()
+    for _ in range(passes):
+        run()
+        now = time.perf_counter()
+        if now >= next_sample:
+            samples.append(gauge.sample())
+            next_sample = now + SAMPLE_S
+    host_s = time.perf_counter() - issued
+    last.record()
+    last.synchronize()
+    joules = gauge.energy_j() - before
+    row = {
+        "passes": passes,
+        "device_s": first.elapsed_time(last) / 1e3,
+        "energy_j": joules,
+        "host_s_per_pass": host_s / passes,
+        "sm_clock_mhz": statistics.median(s[0] for s in samples),
+        "temperature_c": statistics.median(s[2] for s in samples),
+    }
+    for name, bits in REASONS.items():
+        row[f"{name}_share"] = sum(1 for s in samples if s[1] & bits) / len(samples)
+    return row
+
+
+def counter_step_s(gauge: Gauge, run: Pass) -> float:
+    """How often NVML's energy counter moves while the GPU works (median seconds between
+    changes): the error of a window's energy is about one step's worth."""
+    changes = []
+    last_value = gauge.energy_j()
+    end = time.perf_counter() + COUNTER_PROBE_S
+    while time.perf_counter() < end:
+        run()
+        value = gauge.energy_j()
+        if value != last_value:
+            changes.append(time.perf_counter())
+            last_value = value
+    torch.cuda.synchronize()
+    gaps = [b - a for a, b in itertools.pairwise(changes)]
+    return statistics.median(gaps) if gaps else COUNTER_PROBE_S
+
+
+def passes_for(run: Pass, window_s: float) -> int:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        run()
+    end.record()
+    end.synchronize()
+    return max(3, round(window_s / (start.elapsed_time(end) / 3e3)))
+
+
+def floors(rows: dict[str, dict[str, float]], limit_w: float, idle_w: float) -> dict[str, float]:
+    """Least time / BF16's for BF16's work plus the unpacks', spent at the power limit.
+
+    ``fixed_clock``: each kernel's dynamic energy as measured (module doc). ``scaled_clock``: the
+    power manager lowers the GEMMs' clock to make room for the unpacks' power, and a GEMM's
+    dynamic power goes as its clock cubed (voltage following clock), so it then spends less
+    energy per multiply; the unpacks' energy (memory traffic) stays. The truth lies between."""
+    bf16, unpacks = rows["bf16"], rows[UNPACK_ONLY]
+    seconds = bf16["us_per_pass"] / 1e6
+    budget = limit_w - idle_w  # dynamic power the limit allows
+    gemm_w = bf16["mean_power_w"] - idle_w  # dynamic power of BF16's passes
+    unpack_j = unpacks["j_per_pass"] - idle_w * unpacks["us_per_pass"] / 1e6
+    fixed = (gemm_w * seconds + unpack_j) / budget / seconds
+    # x = time / BF16's: the GEMMs get budget - unpack_j / (x seconds) and run at
+    # (that / gemm_w) ** (1/3) of BF16's speed, so budget x**3 - (unpack_j / seconds) x**2 = gemm_w.
+    share = unpack_j / seconds
+    low, high = 0.5, 4.0
+    for _ in range(60):
+        x = (low + high) / 2
+        low, high = (x, high) if budget * x**3 - share * x**2 < gemm_w else (low, x)
+    return {"fixed_clock": fixed, "scaled_clock": (low + high) / 2}
+
+
+def summarize(windows: list[dict[str, float]]) -> dict[str, float]:
+    """Totals over a path's windows: time and energy per pass, mean power, medians of the rest."""
+    passes = sum(w["passes"] for w in windows)
+    seconds = sum(w["device_s"] for w in windows)
+    joules = sum(w["energy_j"] for w in windows)
+    row = {
+        "us_per_pass": seconds / passes * 1e6,
+        "j_per_pass": joules / passes,
+        "mean_power_w": joules / seconds,
+        "host_us_per_pass": statistics.median(w["host_s_per_pass"] for w in windows) * 1e6,
+    }
+    for key in ("sm_clock_mhz", "temperature_c", *(f"{n}_share" for n in REASONS)):
+        row[key] = statistics.median(w[key] for w in windows)
+    return row
+
+
+def measure_m(
+    gauge: Gauge, stack: list, m: int, window_s: float, turns: int, g: torch.Generator
+) -> dict[str, Any]:
+    base = replace(configure_overlay(None), small_m_max=0, large_m_min=m, unpack_ahead_min_m=m)
+    inputs = [torch.randn(m, s.k, device="cuda", generator=g).to(torch.bfloat16) for s, _ in stack]
+    every = bench_model.make_passes(stack, inputs, base)
+    bench_model.check_same_outputs(every)
+    buffer = torch.empty(max(s.n * s.k for s, _ in stack), dtype=torch.bfloat16, device="cuda")
+
+    def unpack_only() -> list[torch.Tensor]:
+        return [
+            unpack.unpack_weight(w.marlin.qweight, w.marlin.scales, s.n, s.k, out=buffer)
+            for s, w in stack
+        ]
+
+    runs: dict[str, Pass] = {name: every[name] for name in OP_PATHS} | {UNPACK_ONLY: unpack_only}
+    for run in runs.values():
+        for _ in range(bench_model.WARMUP_PASSES):
+            run()
+    counts = {name: passes_for(run, window_s) for name, run in runs.items()}
+    step_s = counter_step_s(gauge, runs["bf16"])
+    windows: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
+    for turn in range(turns):
+        for name, run in runs.items():
+            windows[name].append(measure(gauge, run, counts[name]))
+        log(f"  M={m} turn {turn + 1}/{turns} done")
+    paths = {name: summarize(w) for name, w in windows.items()}
+    return {"m": m, "energy_counter_step_s": step_s, "paths": paths, "windows": windows}
+
+
+def run(m_values: Sequence[int], window_s: float, turns: int, argv: Sequence[str]) -> dict:
+    gauge = Gauge(_nvml())
+    g = torch.Generator(device="cuda")
+    g.manual_seed(1)
+    stack = bench_model.build_stack(4, g)
+    idle_w = idle_power_w(gauge)
+    limit_w = gauge.limit_w()
+    log(f"{torch.cuda.get_device_name()}: power limit {limit_w:.0f} W, idle {idle_w:.0f} W")
+    rows = []
+    for m in m_values:
+        row = measure_m(gauge, stack, m, window_s, turns, g)
+        both = floors(row["paths"], limit_w, idle_w)
+        row["floor"] = both["fixed_clock"]
+        bf16 = row["paths"]["bf16"]
+        log(
+            f"  M={m}: floor {both['fixed_clock']:.3f}x "
+            f"(clock scaled {both['scaled_clock']:.3f}x)  "
+            + "  ".join(
+                f"{name} {p['us_per_pass'] / bf16['us_per_pass']:.3f}x time "
+                f"{p['j_per_pass'] / bf16['j_per_pass']:.3f}x energy {p['mean_power_w']:.0f} W"
+                for name, p in row["paths"].items()
+            )
+        )
+        rows.append(row)
+    return {
+        "command": " ".join([f"python3 tools/{TOOL}.py", *argv]),
+        "device": torch.cuda.get_device_name(),
+        "driver": gauge.nvml.nvmlSystemGetDriverVersion(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        },
+        "power_limit_w": limit_w,
+        "idle_power_w": idle_w,
+        "window_s": window_s,
+        "turns": turns,
+        "default_ahead_depth": settings.DEFAULT_UNPACK_AHEAD_DEPTH,
+        "rows": rows,
+    }
+
+
+def plot(result: dict, png: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    ms = [row["m"] for row in rows]
+    fig, (ratio_axis, power_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in OP_PATHS[1:]:
+        color = model_report.COLORS.get(name)
+        times = [r["paths"][name]["us_per_pass"] / r["paths"]["bf16"]["us_per_pass"] for r in rows]
+        joules = [r["paths"][name]["j_per_pass"] / r["paths"]["bf16"]["j_per_pass"] for r in rows]
+        ratio_axis.plot(ms, times, marker="o", color=color, label=f"{name}: time")
+        ratio_axis.plot(ms, joules, marker="x", linestyle="--", color=color, label="  energy")
+    limits = [floors(r["paths"], result["power_limit_w"], result["idle_power_w"]) for r in rows]
+    for kind, style in (("fixed_clock", "-"), ("scaled_clock", "--")):
+        ratio_axis.plot(
+            ms,
+            [f[kind] for f in limits],
+            color="black",
+            linestyle=style,
+            label=f"floor, {kind.replace('_', ' ')}",
+        )
+    model_report.draw_targets(ratio_axis, ms)
+    ratio_axis.set_title("dense stack: per pass / BF16")
+    for name in PATHS:
+        power_axis.plot(
+            ms,
+            [r["paths"][name]["mean_power_w"] for r in rows],
+            marker="o",
+            color=PATH_COLORS.get(name) or model_report.COLORS.get(name),
+            label=name,
+        )
+    power_axis.axhline(result["power_limit_w"], color="red", linestyle=":", label="power limit")
+    power_axis.axhline(result["idle_power_w"], color="grey", linestyle=":", label="idle")
+    power_axis.set_title("mean power while the passes ran (W)")
+    for axis in (ratio_axis, power_axis):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(ms, [str(m) for m in ms])
+        axis.set_xlabel("M (tokens)")
+        axis.legend(fontsize=7)
+    fig.suptitle(f"{result['device']}, dense step: energy per pass and the power floor")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = result_cli.parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--m", default=",".join(map(str, M_VALUES)), help="comma-separated M")
+    parser.add_argument("--window-s", type=float, default=3.0, help="seconds per window")
+    parser.add_argument("--turns", type=int, default=3, help="windows per path")
+    args = parser.parse_args(argv)
+    if result_cli.replotted(parser, args, plot):
+        return 0
+    try:
+        m_values = [int(m) for m in args.m.split(",")]
+    except ValueError:
+        parser.error(f"--m takes comma-separated whole numbers, got {args.m!r}")
+    if min(m_values) < 1 or args.window_s <= 0 or args.turns < 1:
+        parser.error("--m values, --window-s and --turns must be positive")
+    require_gpu_and_marlin(None, TOOL)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    result = run(m_values, args.window_s, args.turns, arguments)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    if args.png:
+        plot(result, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
