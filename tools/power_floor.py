@@ -36,7 +36,7 @@ from typing import Any
 
 import result_cli
 import torch
-from vllm_dualpath import bench_model, model_report, settings, unpack
+from vllm_dualpath import bench_model, model_report, settings, timing, unpack
 from vllm_dualpath.bench_paths import configure_overlay, log, require_gpu_and_marlin
 
 TOOL = "power_floor"
@@ -70,9 +70,13 @@ class Gauge:
 
     nvml: Any
     handle: Any = field(init=False)
+    reasons: Callable[[Any], int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.handle = self.nvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        # the newer name, or the older one (nvidia-ml-py before 12.535)
+        reasons = getattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        self.reasons = reasons or self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons
 
     def energy_j(self) -> float:
         return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)) / 1e3
@@ -83,12 +87,9 @@ class Gauge:
     def sample(self) -> tuple[float, int, float]:
         """SM clock (MHz), clock-limit reasons (bits), temperature (C)."""
         nvml, handle = self.nvml, self.handle
-        # the newer name, or the older one (nvidia-ml-py before 12.535)
-        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-        reasons = reasons or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         return (
             float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
-            int(reasons(handle)),
+            int(self.reasons(handle)),
             float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
         )
 
@@ -153,13 +154,8 @@ def counter_step_s(gauge: Gauge, run: Pass) -> float:
 
 
 def passes_for(run: Pass, window_s: float) -> int:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        run()
-    end.record()
-    end.synchronize()
-    return max(3, round(window_s / (start.elapsed_time(end) / 3e3)))
+    """Passes that fill about ``window_s`` seconds, from three timed back to back."""
+    return max(3, round(window_s / timing.time_eager_s([run] * 3)))
 
 
 def floors(rows: dict[str, dict[str, float]], limit_w: float, idle_w: float) -> dict[str, float]:
