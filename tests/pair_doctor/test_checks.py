@@ -90,6 +90,15 @@ def test_rdma_port_down() -> None:
     assert len(found) == 1 and "roceP2p1s0f1 port 1 is 1: DOWN" in found[0].summary
 
 
+def test_rdma_ports_off_the_rail_are_not_checked() -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["rdma"]["devices"]["rocep1s0f0"] = {
+        "netdevs": ["enp1s0f0np0"],  # the CX-7's other port, uncabled
+        "ports": {"1": {"state": "1: DOWN", "link_layer": "Ethernet", "gids": []}},
+    }
+    assert only_problems(checks.rdma_port_state(pair, EXPECT)) == []
+
+
 def test_socket_fallback_in_service_log() -> None:
     pair = healthy_pair()
     pair["spark-01"]["units"]["dualspark-vllm-rank0.service"]["nccl_log"] = [

@@ -109,6 +109,10 @@ def subnets_disagree_between_ends(inv: Inventory) -> None:
     host_vars(inv, "spark-b")["rail_network_addresses"][TWIN_2] = "192.168.102.11"
 
 
+def rank_left_unset(inv: Inventory) -> None:
+    del host_vars(inv, "spark-b")["spark_pair_rank"]
+
+
 def peer_left_out_by_limit(inv: Inventory) -> None:
     """The inventory is right; the mistake is the --limit that leaves the peer out of the play."""
 
@@ -163,6 +167,11 @@ CASES: list[tuple[Callable[[Inventory], None], tuple[str, ...], tuple[str, ...]]
         subnets_disagree_between_ends,
         (),
         ("rail_network_twins subnets differ between", "group_vars/lab_pair/"),
+    ),
+    (
+        rank_left_unset,
+        (),
+        ("value of spark_pair_rank must be one of: 0, 1, got: -1",),
     ),
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -142,14 +143,26 @@ def test_unit_exec_start_parses_back_to_the_arguments(
     assert stop[1:4] == ["stop", "--time", "120"]
 
 
-def test_readiness_wait_keeps_the_key_out_of_the_command_line() -> None:
-    unit = unit_lines(render("vllm-tp2.service.j2", rank(SPARK, 0)))
+def test_readiness_wait_keeps_the_key_out_of_the_command_line(tmp_path: Path) -> None:
+    # A stand-in for curl (no server here) records the command line and the config it was given.
+    curl = tmp_path / "curl"
+    curl.write_text('#!/bin/sh\necho "$@" > "$0.argv"; cat > "$0.stdin"\n', encoding="utf-8")
+    curl.chmod(0o755)
+    published = rank(SPARK, 0) | {"vllm_tp2_service_curl": str(curl)}
+    unit = unit_lines(render("vllm-tp2.service.j2", published))
     (post,) = unit["ExecStartPost"]
     assert "k" * 32 not in post
     argv = systemd_argv(post)
     assert argv[:2] == ["/bin/sh", "-c"]
-    assert "${VLLM_API_KEY}" in argv[2]
     assert "kill -0 $MAINPID" in argv[2]
+    key = "Key.with_all-the~allowed+chars/=0123456789"
+    env = {"PATH": os.environ["PATH"], "VLLM_API_KEY": key, "MAINPID": str(os.getpid())}
+    subprocess.run(argv, env=env, check=True, timeout=30)
+    curl_argv = (tmp_path / "curl.argv").read_text(encoding="utf-8")
+    assert key not in curl_argv and "/v1/models" in curl_argv
+    assert (tmp_path / "curl.stdin").read_text(encoding="utf-8") == (
+        f'header = "Authorization: Bearer {key}"'
+    )
 
 
 def test_env_file_lists_every_variable_once() -> None:

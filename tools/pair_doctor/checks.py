@@ -147,12 +147,15 @@ def mtu_mismatch(observed: Observations, expect: Expectations) -> list[Finding]:
 
 
 def rdma_port_state(observed: Observations, expect: Expectations) -> list[Finding]:
+    """Every port of the RDMA devices behind the rail twins must be ACTIVE."""
     findings = []
     for host, node in observed.items():
         if not node["rdma"]["present"]:
             findings.append(_skip("rdma_port_state", host, "no RDMA device found"))
             continue
         for device, info in node["rdma"]["devices"].items():
+            if not set(info["netdevs"]) & set(expect.rail_interfaces):
+                continue  # not on the rail: the other CX-7 port may well be uncabled
             for port, state in info["ports"].items():
                 text = state.get("state") or "unknown"
                 if "ACTIVE" in text:
