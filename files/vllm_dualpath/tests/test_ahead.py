@@ -9,7 +9,7 @@ import weakref
 import pytest
 import torch
 
-from fp8_cases import Case, build
+from fp8_cases import Case, bits, build
 from marlin_standin import MarlinStandIn
 from vllm_dualpath import ahead, op, scratch, settings, unpack
 
@@ -94,6 +94,101 @@ def test_weights_changed_between_passes_are_never_served_stale():
     got = _forward(state, jobs)
     for job, weight in zip(jobs, got, strict=True):
         assert torch.equal(weight.view(torch.int16), _plain(job).view(torch.int16))
+
+
+def test_a_prefetch_of_a_weight_changed_in_place_since_is_not_used():
+    """Within a pass, as no loader would: what the weight's version counter sees is enough."""
+    jobs = _jobs()
+    state = ahead.for_device(CPU)
+    _forward(state, jobs)
+    with state.unpacked(jobs[0]):
+        pass  # prefetches jobs[1]
+    jobs[1].weight.copy_(jobs[1].weight.roll(1, dims=1))
+    with state.unpacked(jobs[1]) as weight:
+        assert torch.equal(bits(weight), bits(_plain(jobs[1])))
+    assert state.stats.hits == 0
+
+
+def test_a_new_tensor_at_a_prefetched_weights_address_is_unpacked_afresh():
+    """A tensor over the same memory (``.data``, or a reload at a reused address) is not the one
+    the prefetch read, whatever the address says."""
+    jobs = _jobs()
+    state = ahead.for_device(CPU)
+    _forward(state, jobs)
+    with state.unpacked(jobs[0]):
+        pass  # prefetches jobs[1]
+    fresh = jobs[1].weight.data  # same address, a new tensor with a version counter of its own
+    fresh.copy_(fresh.roll(1, dims=1))
+    reloaded = ahead.Job(fresh, jobs[1].scales, jobs[1].size_n, jobs[1].size_k)
+    assert reloaded.key == jobs[1].key
+    with state.unpacked(reloaded) as weight:
+        assert torch.equal(bits(weight), bits(_plain(reloaded)))
+    assert state.stats.hits == 0
+
+
+def _op_call(layer, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    _, packed, stored, _ = layer
+    x = torch.randn(m, 128, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16)
+    return x, torch.ops.dualpath.fp8_marlin_linear(x, packed, stored, None, 64, 128, None, True)
+
+
+@pytest.fixture
+def op_on_cpu():
+    op.install_marlin_apply(MarlinStandIn())
+    op.configure(settings.load({}), None)
+    yield
+    op.install_marlin_apply(None)
+    op.configure(settings.load({}), None)
+
+
+def test_a_prefetch_is_dropped_when_its_layer_comes_on_another_path(op_on_cpu):
+    """The predicted layer served by Marlin leaves no prefetch for a later pass to take, even
+    when its weight then changes where no version counter sees it (``param.data.copy_``)."""
+    first, second = (build(Case(64, 128, "channel", seed=seed)) for seed in (1, 2))
+    _op_call(first, 2048)
+    _op_call(second, 2048)  # learns first -> second
+    _op_call(first, 2048)  # prefetches second
+    state = ahead.for_device(CPU)
+    assert len(state._pending) == 1
+    _op_call(second, 4)  # on Marlin: the prefetch is of no use now
+    assert not state._pending
+    _, packed, stored, _ = second
+    packed.data.copy_(packed.roll(1, dims=1))  # between passes, as a weight update does
+    x, out = _op_call(second, 2048)
+    in_line = op.unpack_linear(x, packed, stored, 64, 128, None, None, "epilogue")
+    assert torch.equal(out, in_line)
+    assert (state.stats.prefetches, state.stats.hits) == (1, 0)
+
+
+def test_the_other_paths_touch_no_ahead_state_while_nothing_is_queued(op_on_cpu, monkeypatch):
+    """Decode calls (Marlin) and in-line unpacks pay one check that nothing is queued."""
+    op.configure(settings.load({"DUALPATH_UNPACK_AHEAD_MIN_M": "4096"}), None)
+    layer = build(Case(64, 128, "channel", seed=1))
+    _op_call(layer, 4096)  # a pass of one layer: nothing is predicted after it
+
+    def no_lookup(device: torch.device) -> ahead.UnpackAhead:
+        raise AssertionError("a call off the ahead path looked the ahead state up")
+
+    monkeypatch.setattr(ahead, "for_device", no_lookup)
+    _op_call(layer, 4)  # Marlin
+    _op_call(layer, 2048)  # unpacked in line
+
+
+def test_a_layer_whose_tensors_are_gone_is_forgotten_by_every_predecessor():
+    first, second, third = _jobs()
+    state = ahead.for_device(CPU)
+    _forward(state, [first, second, third])  # first -> second -> third
+    _forward(state, [first, third])  # first -> third; second -> third is kept
+    gone = weakref.ref(third.weight)
+    del third
+    gc.collect()
+    assert gone() is None
+    case = SHAPES[2]
+    _, packed, stored, _ = build(Case(case.size_n, case.size_k, case.scales, seed=7))
+    replacement = ahead.Job(packed, stored, case.size_n, case.size_k)
+    jobs = [first, second, replacement]
+    for job, weight in zip(jobs, _forward(state, jobs), strict=True):
+        assert torch.equal(bits(weight), bits(_plain(job)))
 
 
 def test_a_dropped_layer_is_neither_kept_alive_nor_prefetched():
@@ -186,6 +281,36 @@ def test_a_miss_two_ahead_drops_both_predictions_and_stays_exact():
         for job, weight in zip(order, got, strict=True):
             assert torch.equal(weight.view(torch.int16), _plain(job).view(torch.int16))
     assert state.stats.misses >= 7
+
+
+class _StreamStandIn:
+    """Stands in for a torch.cuda.Stream on this CPU machine: records the streams it waits for."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+        self.waited_for: list[int] = []
+
+    def wait_stream(self, other: _StreamStandIn) -> None:
+        self.waited_for.append(other.handle)
+
+
+def test_calls_from_another_stream_first_wait_for_the_previous_one(monkeypatch):
+    """The slots are reused in the order of one stream: a call from another stream must not
+    rewrite one that the previous stream may still read."""
+    current = {"handle": 7}
+    monkeypatch.setattr(
+        torch._C, "_cuda_getCurrentRawStream", lambda index: current["handle"], raising=False
+    )
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda device: _StreamStandIn(current["handle"])
+    )
+    state = ahead.UnpackAhead(CPU)
+    first = state._current_stream()
+    assert state._current_stream() is first and first.waited_for == []
+    current["handle"] = 8
+    second = state._current_stream()
+    assert second.waited_for == [7]
+    assert state.stats.stream_switches == 1
 
 
 def test_an_unsupported_depth_is_refused():

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from vllm_dualpath import model_report
+from vllm_dualpath import calibrate, calibration, model_report, op, settings
 from vllm_dualpath.bench_report import checks
-from vllm_dualpath.calibrate import crossover
+from vllm_dualpath.calibrate import M_GRID, crossover
 
 
 def test_crossover_is_the_first_m_from_which_unpack_always_wins() -> None:
@@ -24,6 +24,21 @@ def test_crossover_is_none_when_marlin_wins_at_the_top_of_the_grid() -> None:
 
 def test_crossover_is_the_whole_grid_when_unpack_always_wins() -> None:
     assert crossover([2.0, 2.0], [1.0, 1.0], [100, 200]) == 100
+
+
+def test_a_shape_marlin_wins_over_the_whole_grid_stays_on_marlin_over_it() -> None:
+    """A listed shape decides every M above the small threshold, the large one's too."""
+    found = crossover([1.0] * len(M_GRID), [2.0] * len(M_GRID), M_GRID)
+    assert found is None
+    threshold = calibrate.unpack_from_m(found, M_GRID)
+    listed = calibration.CalibrationTable(unpack_from_m={(4096, 4096): threshold})
+    table = calibration.parse(json.loads(calibration.dump(listed)))  # as the op reads it
+    op.configure(settings.load({}), table)
+    try:
+        assert [op.choose_path(m, 4096, 4096) for m in M_GRID] == ["marlin"] * len(M_GRID)
+    finally:
+        op.configure(settings.load({}), None)
+    assert calibrate.unpack_from_m(256, M_GRID) == 256
 
 
 def _result(dual_small: float, dual_large: float, unpack_gbps: float) -> dict:

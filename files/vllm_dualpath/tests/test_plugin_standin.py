@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import vllm_sources
 import vllm_standin_tree
 from fp8_cases import Case, build
 from marlin_standin import reference_linear
@@ -33,15 +34,10 @@ def _forget_vllm() -> None:
 def standin(tmp_path, monkeypatch):
     """Returns build(version, **options): writes the tree and puts it on sys.path."""
     vllm_standin_tree.define_marlin_gemm_standin()
-    for variable in (
-        "DUALPATH_ENABLED",
-        "DUALPATH_STRICT",
-        "DUALPATH_CALIBRATION_TABLE",
-        "DUALPATH_SMALL_M_MAX",
-        "DUALPATH_LARGE_M_MIN",
-        "DUALPATH_CHANNEL_SCALE",
-    ):
-        monkeypatch.delenv(variable, raising=False)
+    # Every overlay setting, so none leaks in from the shell; not where the tests find vLLM.
+    harness = {vllm_sources.ALLOW_MISSING, vllm_sources.SDIST_DIR}
+    for variable in [v for v in os.environ if v.startswith("DUALPATH_") and v not in harness]:
+        monkeypatch.delenv(variable)
     _forget_vllm()
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
@@ -190,6 +186,16 @@ def test_disabled_changes_nothing(standin, monkeypatch):
     assert plugin.registered_route() is None
     module = importlib.import_module(SOURCE_MODULE)
     assert module.apply_fp8_marlin_linear.__module__ == SOURCE_MODULE
+
+
+def test_disabled_reads_no_other_setting(standin, monkeypatch):
+    """DUALPATH_ENABLED=0 leaves vLLM untouched, whatever the other settings hold."""
+    standin(VERSIONS[0])
+    monkeypatch.setenv("DUALPATH_ENABLED", "0")
+    monkeypatch.setenv("DUALPATH_CALIBRATION_TABLE", "/nonexistent/table.json")
+    monkeypatch.setenv("DUALPATH_LARGE_M_MIN", "lots")
+    plugin.register()
+    assert plugin.registered_route() is None
 
 
 def test_invalid_setting_stops_startup_naming_the_variable(standin, monkeypatch):

@@ -67,3 +67,11 @@ def test_an_unpack_ahead_depth_out_of_range_says_what_is_allowed():
         settings.load({"DUALPATH_UNPACK_AHEAD_DEPTH": "4"})
     with pytest.raises(settings.SettingsError, match="not a whole number of layers"):
         settings.load({"DUALPATH_UNPACK_AHEAD_DEPTH": "1.5"})
+
+
+def test_enabled_reads_its_own_variable_only():
+    broken = {"DUALPATH_LARGE_M_MIN": "lots", "DUALPATH_CALIBRATION_TABLE": "/nonexistent.json"}
+    assert settings.enabled({**broken, "DUALPATH_ENABLED": "0"}) is False
+    assert settings.enabled({}) is True
+    with pytest.raises(settings.SettingsError, match="DUALPATH_ENABLED"):
+        settings.enabled({"DUALPATH_ENABLED": "maybe"})

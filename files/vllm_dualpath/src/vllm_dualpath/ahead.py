@@ -18,15 +18,31 @@ once predicts the next unpack-path calls. Each call from ``DUALPATH_UNPACK_AHEAD
    nothing runs between the dense layers, slower in a TP2 step (docs/perf/ahead-depth-h200.md).
 
 A prediction is only a guess: a call that does not match it unpacks its own weight, so results
-never depend on it. Nothing is prefetched across the end of a forward pass (a successor earlier
-in the order than its predecessor), so a weight changed between passes is never served stale.
+never depend on it. A prefetch serves only its own layer's next call, and only that call on this
+path with the very tensors it read, their version counters unchanged (which sees in-place
+changes through the tensors and their views; not those through ``param.data``, as vLLM's
+loaders write, nor through raw pointers, as NCCL does). Whatever comes first drops it: a call of
+its layer on another path (Marlin, an in-line unpack: ``served_elsewhere``, which the op calls)
+or a call of another layer on this one (a miss). Nothing is prefetched across the end of a
+forward pass (a successor earlier in the order than its predecessor), so a prefetch lives from
+the call that queued it to its own layer's next call, within one pass, as long as a pass that
+calls a layer also calls the layers learned after it (vLLM's fixed order of layers). vLLM changes
+weights only between passes, so a changed weight is never served stale.
 ``depth + 1`` slots (``scratch.AHEAD_SLOTS``), each as large as the largest weight it has held;
 the op also keeps the plain slot grown, for the CUDA graphs captured later.
 On the CPU (tests) there are no streams: a prefetch runs at once, with the same slot logic.
+
+One caller stream: a slot is rewritten after waiting only on its ``ready`` and ``free`` events
+and on the order of the stream that calls, which is right as long as every call comes from one
+stream, as vLLM's forward does. Micro-batches on streams of their own (vLLM's dual-batch overlap)
+are not supported: at a call from another stream than the last one, the new stream first waits
+for everything the previous one queued, so nothing races, at the cost of any overlap between
+the two (logged once).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections import deque
@@ -37,6 +53,8 @@ from dataclasses import dataclass, field
 import torch
 
 from vllm_dualpath import scratch, unpack
+
+logger = logging.getLogger("vllm.dualpath")
 
 
 @dataclass(frozen=True)
@@ -82,12 +100,39 @@ class _JobRef:
         return Job(weight, scales, self.size_n, self.size_k)
 
 
+@dataclass(frozen=True)
+class _Source:
+    """The tensors a prefetch read, and their versions then: a weight's address alone may be
+    reused by another tensor, and an in-place change keeps it."""
+
+    weight: weakref.ref[torch.Tensor]
+    weight_version: int
+    scales: weakref.ref[torch.Tensor] | None
+    scales_version: int
+
+    @classmethod
+    def of(cls, job: Job) -> _Source:
+        if job.scales is None:
+            return cls(weakref.ref(job.weight), job.weight._version, None, 0)
+        scales = weakref.ref(job.scales)
+        return cls(weakref.ref(job.weight), job.weight._version, scales, job.scales._version)
+
+    def unchanged_in(self, job: Job) -> bool:
+        """Whether ``job`` holds the very tensors read, unchanged as far as their versions see."""
+        if self.weight() is not job.weight or self.weight_version != job.weight._version:
+            return False
+        if job.scales is None or self.scales is None:
+            return job.scales is None and self.scales is None
+        return self.scales() is job.scales and self.scales_version == job.scales._version
+
+
 @dataclass(eq=False)  # slots compare by identity (``in`` on the pending queue)
 class _Slot:
     index: int
     holds: Key | None = None
     last_use: int = 0  # when a call or a prefetch last took it (least recent is reused first)
     weight: torch.Tensor | None = None  # the [n, k] view of what it holds
+    source: _Source | None = None  # what a prefetch into it read (None after an in-line unpack)
     # Recorded again on every use (an event wait sees its latest record).
     ready: torch.cuda.Event | None = None  # side stream: the last prefetch into it is written
     free: torch.cuda.Event | None = None  # current stream: its last reader has run
@@ -98,6 +143,7 @@ class Stats:
     hits: int = 0
     misses: int = 0
     prefetches: int = 0
+    stream_switches: int = 0
 
 
 @dataclass
@@ -141,9 +187,23 @@ class UnpackAhead:
     def _current_stream(self) -> torch.cuda.Stream:
         handle = torch._C._cuda_getCurrentRawStream(self._index)
         if self._current is None or handle != self._current_handle:
-            self._current = torch.cuda.current_stream(self.device)
+            stream = torch.cuda.current_stream(self.device)
+            if self._current is not None:
+                self._follow(stream, self._current)
+            self._current = stream
             self._current_handle = handle
         return self._current
+
+    def _follow(self, stream: torch.cuda.Stream, previous: torch.cuda.Stream) -> None:
+        """Calls come from another stream now: order it after the previous one, whose reads of
+        the slots the events alone do not order before in-line rewrites (module docstring)."""
+        if self.stats.stream_switches == 0:
+            logger.info(
+                "vllm-dualpath: unpack-ahead calls moved to another CUDA stream; each switch "
+                "waits for the previous stream (one caller stream is assumed)"
+            )
+        self.stats.stream_switches += 1
+        stream.wait_stream(previous)
 
     def _buffer(self, slot: _Slot, job: Job, current: torch.cuda.Stream | None) -> torch.Tensor:
         numel = job.size_n * job.size_k
@@ -170,6 +230,7 @@ class UnpackAhead:
         self._clock += 1
         slot.last_use = self._clock
         slot.holds = key
+        slot.source = None  # until a prefetch into it has run
         return slot
 
     def _spare_slot(self, busy: _Slot | None) -> _Slot:
@@ -181,26 +242,45 @@ class UnpackAhead:
         ]
         return min(candidates, key=lambda s: s.last_use)
 
+    def _drop_pending(self) -> None:
+        self._pending.clear()
+        _queued.pop(self.device, None)
+
+    def _prefetched(self, key: Key, job: Job) -> torch.Tensor | None:
+        """The weight the first pending prefetch unpacked, if it is this job's."""
+        head = self._pending[0] if self._pending else None
+        if head is None or head.holds != key or head.source is None:
+            return None
+        return head.weight if head.source.unchanged_in(job) else None
+
     def _take(
         self, key: Key, job: Job, current: torch.cuda.Stream | None
     ) -> tuple[_Slot, torch.Tensor]:
-        pending = self._pending
-        if pending and pending[0].holds == key and pending[0].weight is not None:
-            slot = pending.popleft()
+        weight = self._prefetched(key, job)
+        if weight is not None:
+            slot = self._pending.popleft()
+            if not self._pending:
+                _queued.pop(self.device, None)
             self.stats.hits += 1
             if current is not None and slot.ready is not None:
                 current.wait_event(slot.ready)
-            return slot, slot.weight
+            return slot, weight
         self.stats.misses += 1
         # Off the predicted order: the prefetches queued are of no use now. A slot one of them
         # may still be writing is reused last; the wait below orders it after that write.
-        pending.clear()
+        self._drop_pending()
         slot = self._spare_slot(None)
         if current is not None and slot.ready is not None:
             current.wait_event(slot.ready)
         self._claim(slot, key)
         slot.weight = job.run(self._buffer(slot, job, current))
         return slot, slot.weight
+
+    def passed_over(self, weight_pointer: int) -> None:
+        """The layer with this weight came on another path: a prefetch queued for it would
+        wait for its next call on this path, perhaps passes later, after a weight update."""
+        if any(s.holds is not None and s.holds[0] == weight_pointer for s in self._pending):
+            self._drop_pending()
 
     def _next_in_pass(self, key: Key) -> Key | None:
         successor = self._successor.get(key)
@@ -217,21 +297,31 @@ class UnpackAhead:
             successor = self._next_in_pass(last)
             if successor is None:
                 return
-            job = self._jobs[successor].job()
-            if job is None:  # its tensors are gone: forget it
-                del self._jobs[successor], self._successor[last]
+            known = self._jobs.get(successor)
+            job = None if known is None else known.job()
+            if job is None:  # its tensors are gone
+                self._forget(successor)
                 return
             self._prefetch(job, successor, used, current)
             last = successor
+
+    def _forget(self, key: Key) -> None:
+        """Drop a layer and every prediction of it (several layers may have led to it)."""
+        self._jobs.pop(key, None)
+        self._successor.pop(key, None)
+        for predecessor in [p for p, s in self._successor.items() if s == key]:
+            del self._successor[predecessor]
 
     def _prefetch(self, job: Job, key: Key, used: _Slot, current: torch.cuda.Stream | None) -> None:
         target = self._spare_slot(used)
         buffer = self._buffer(target, job, current)
         self._claim(target, key)
         self._pending.append(target)
+        _queued[self.device] = self
         self.stats.prefetches += 1
         if current is None:
             target.weight = job.run(buffer)
+            target.source = _Source.of(job)
             return
         if self._stream is None:
             self._stream = torch.cuda.Stream(self.device)
@@ -244,6 +334,7 @@ class UnpackAhead:
         torch.cuda.set_stream(side)
         try:
             target.weight = job.run(buffer)
+            target.source = _Source.of(job)
             if target.ready is None:
                 target.ready = torch.cuda.Event()
             target.ready.record(side)
@@ -269,6 +360,9 @@ class UnpackAhead:
 
 _per_device: dict[torch.device, UnpackAhead] = {}
 _lock = threading.Lock()
+# The states with prefetches queued: the op's other paths look here on every call (every decode
+# step), so while nothing is queued an empty dict is all they touch.
+_queued: dict[torch.device, UnpackAhead] = {}
 
 
 def for_device(device: torch.device) -> UnpackAhead:
@@ -279,7 +373,19 @@ def for_device(device: torch.device) -> UnpackAhead:
         return state
 
 
+def served_elsewhere(weight: torch.Tensor) -> None:
+    """The op served the layer with this weight on another path (Marlin, an in-line unpack):
+    drop its device's queued prefetches if one is for that layer. O(1) while nothing is queued
+    and never synchronises: it runs on every decode call."""
+    if not _queued:
+        return
+    state = _queued.get(weight.device)
+    if state is not None:
+        state.passed_over(weight.data_ptr())
+
+
 def reset_all() -> None:
     """Forget learned orders and pending prefetches (tests, or after a model is unloaded)."""
     with _lock:
         _per_device.clear()
+        _queued.clear()

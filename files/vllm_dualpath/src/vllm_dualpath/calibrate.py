@@ -6,9 +6,10 @@
 For every shape it times Marlin and the unpack path side by side (CUDA-graph replays, rotating
 weight sets, medians) over a grid of M between the dispatcher's two thresholds, and records the
 smallest grid M from which the unpack path is faster at that M and every larger one. The table
-is written in the format vllm_dualpath.calibration reads. A shape where Marlin wins over the whole
-grid is listed with the large threshold, so it stays on Marlin until the dispatcher switches
-anyway; shapes not measured have no default and stay on Marlin too.
+is written in the format vllm_dualpath.calibration reads. A listed shape decides every M above
+the small threshold (the large one does not apply to it), so a shape where Marlin wins over the
+whole grid is listed with twice the grid's largest M: it stays on Marlin over the grid and as far
+again past it. Shapes not measured are not listed: the dispatcher's thresholds apply to them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def crossover(
             break
         threshold = m
     return threshold
+
+
+def unpack_from_m(found: int | None, m_grid: Sequence[int]) -> int:
+    """The table's threshold for a shape: its crossover, or, where Marlin won at every M of the
+    grid, twice the grid's largest M (larger batches were not measured)."""
+    return found if found is not None else 2 * max(m_grid)
 
 
 def calibrate_shape(
@@ -113,8 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = calibrate_shape(
             n, k, m_grid, block, current.channel_scale, args.budget_s, generator
         )
-        log(f"    unpack from M={found}" if found else "    Marlin wins over the whole grid")
-        thresholds[(n, k)] = found if found is not None else current.large_m_min
+        thresholds[(n, k)] = unpack_from_m(found, m_grid)
+        verdict = "unpack" if found else "Marlin wins over the whole grid; unpack"
+        log(f"    {verdict} from M={thresholds[(n, k)]}")
     table = calibration.CalibrationTable(
         unpack_from_m=thresholds, default_unpack_from_m=None, gpu=gpu
     )

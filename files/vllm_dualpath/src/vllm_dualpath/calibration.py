@@ -13,8 +13,10 @@ Format (JSON)::
     }
 
 ``n`` and ``k`` are the layer's logical (unpadded, per-GPU) output and input sizes;
-``unpack_from_m`` is the smallest M from which unpack + cuBLAS beat Marlin in the measurement.
-Shapes not listed, with no default, stay on Marlin.
+``unpack_from_m`` is the smallest M from which unpack + cuBLAS beat Marlin in the measurement
+(``calibrate`` writes twice its grid's largest M where Marlin won over the whole grid). A listed
+shape decides every M above the small threshold. Shapes not listed, with no default, stay on
+Marlin between the thresholds.
 """
 
 from __future__ import annotations

@@ -64,7 +64,8 @@ def choose_path(m: int, size_n: int, size_k: int) -> str:
     if m <= current.small_m_max:
         return MARLIN
     # A shape measured on this GPU knows its own crossover, which may lie above the fixed
-    # large-M threshold (on an H200, Marlin still beats an unpack at M = 1024 for some shapes).
+    # large-M threshold (on the H200 of docs/perf/calibration-h200.json none does: 4100x5120's is
+    # M = 1024 itself, Marlin measured faster below it; the other shapes' lie between 24 and 256).
     if table is not None and table.measured(size_n, size_k):
         return table.lookup(size_n, size_k, m)
     if m >= current.large_m_min:
@@ -191,6 +192,7 @@ def fp8_marlin_linear(
         "use_fp32_reduce": use_fp32_reduce,
     }
     if choose_path(m, size_n, size_k) == MARLIN or not _unpack_supported(input, weight_scale):
+        ahead.served_elsewhere(weight)
         return _call_marlin(**arguments)
     current, _ = _current()
     x = input.reshape(m, size_k)
@@ -207,6 +209,7 @@ def fp8_marlin_linear(
                 x, unpacked, weight_scale, size_n, bias, current.channel_scale
             )
         return output.reshape(*input.shape[:-1], size_n)
+    ahead.served_elsewhere(weight)
     buffer = scratch.acquire(input.device, size_n * size_k)
     if buffer is None:
         if not _capture_fallback_logged:

@@ -239,10 +239,10 @@ def registered_route() -> Route | None:
 def register() -> None:
     """vLLM plugin entry point; see the module docstring."""
     global _route, _warned
-    current = settings.load()  # an invalid value stops startup here, naming the variable
-    if not current.enabled:
+    if not settings.enabled():  # read alone: disabled, no other setting can stop startup
         logger.info("vllm-dualpath: disabled by %s", settings.ENABLED)
         return
+    current = settings.load()  # an invalid value stops startup here, naming the variable
     if _route is not None:
         return
     try:

@@ -5,7 +5,9 @@ path (``ahead``: depth + 1 of them), so a prefetch in flight never writes a buff
 graph reads. Each slot only grows (to the largest weight it has held), so steady state allocates
 nothing; none is allocated while a CUDA graph is being captured, because memory from a capture
 pool must not outlive the graph. vLLM's profiling forward pass at the largest batch grows them
-before capture.
+before capture. A buffer handed out during a capture is baked into that graph, which replays
+into it for as long as it lives: when its slot grows later, that buffer is kept (retired), not
+freed, until ``release_all``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ MAX_AHEAD_DEPTH = settings.MAX_UNPACK_AHEAD_DEPTH
 AHEAD_SLOTS = tuple(range(1, MAX_AHEAD_DEPTH + 2))
 
 _buffers: dict[tuple[torch.device, int], torch.Tensor] = {}
+# Slots whose current buffer a CUDA graph captured, and such buffers after their slot grew.
+_captured: set[tuple[torch.device, int]] = set()
+_retired: list[tuple[torch.device, torch.Tensor]] = []
 _lock = threading.Lock()
 
 
@@ -31,17 +36,25 @@ def capturing(device: torch.device) -> bool:
 def acquire(device: torch.device, numel: int, slot: int = PLAIN_SLOT) -> torch.Tensor | None:
     """A contiguous BF16 buffer of at least numel elements, or None while capturing a graph
     on a device whose buffer is too small (the caller then takes another path)."""
+    key = (device, slot)
     with _lock:
-        buffer = _buffers.get((device, slot))
+        buffer = _buffers.get(key)
+        in_capture = capturing(device)
         if buffer is not None and buffer.numel() >= numel:
+            if in_capture:
+                _captured.add(key)
             return buffer
-        if capturing(device):
+        if in_capture:
             return None
-        # Drop the old buffer first so peak memory is the new size, not old + new.
-        _buffers.pop((device, slot), None)
+        if buffer is not None and key in _captured:
+            # Freed, it would go to others while a graph still replays into it.
+            _captured.discard(key)
+            _retired.append((device, buffer))
+        # Otherwise drop the old buffer first so peak memory is the new size, not old + new.
+        _buffers.pop(key, None)
         del buffer
         grown = torch.empty(numel, dtype=torch.bfloat16, device=device)
-        _buffers[(device, slot)] = grown
+        _buffers[key] = grown
         return grown
 
 
@@ -52,12 +65,17 @@ def capacity(device: torch.device, slot: int = PLAIN_SLOT) -> int:
 
 
 def total_bytes(device: torch.device) -> int:
-    """Bytes all scratch slots of the device hold now."""
+    """Bytes all scratch slots of the device hold now, retired buffers included."""
     with _lock:
-        return sum(b.numel() * b.element_size() for (d, _), b in _buffers.items() if d == device)
+        held = [b for (d, _), b in _buffers.items() if d == device]
+        held += [b for d, b in _retired if d == device]
+        return sum(b.numel() * b.element_size() for b in held)
 
 
 def release_all() -> None:
-    """Forget every buffer (tests, or freeing memory after a model is unloaded)."""
+    """Forget every buffer (tests, or freeing memory after a model is unloaded: only once the
+    CUDA graphs that captured any of them are gone too)."""
     with _lock:
         _buffers.clear()
+        _captured.clear()
+        _retired.clear()

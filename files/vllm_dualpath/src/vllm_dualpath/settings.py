@@ -19,9 +19,12 @@ UNPACK_AHEAD_DEPTH = "DUALPATH_UNPACK_AHEAD_DEPTH"
 
 DEFAULT_SMALL_M_MAX = 20
 DEFAULT_LARGE_M_MIN = 1024
-# Every unpack-path call unpacks ahead: in a TP2 decoder step, with its all-reduces between the
-# dense layers, that pays from M = 1024 (docs/perf/decoder-step-h200.md). Raise it where nothing
-# runs between the dense layers: there the host time ahead adds per call can outweigh it.
+# With DUALPATH_UNPACK_AHEAD on, every unpack-path call outside CUDA graphs at
+# M >= DUALPATH_UNPACK_AHEAD_MIN_M (and >= DUALPATH_LARGE_M_MIN) unpacks ahead; calls that a
+# calibration table sends to the unpack path at smaller M unpack in line. In a TP2 decoder step,
+# with its all-reduces between the dense layers, ahead pays from M = 1024
+# (docs/perf/decoder-step-h200.md). Raise it where nothing runs between the dense layers: there
+# the host time ahead adds per call can outweigh it.
 DEFAULT_UNPACK_AHEAD_MIN_M = 1024
 # One layer ahead: each unpack starts when the GEMM before its layer has ended, so it runs in the
 # work between the two. Deeper, the extra unpacks run against the next GEMM instead: faster where
@@ -86,6 +89,11 @@ def _choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str,
     if value not in choices:
         raise SettingsError(f"{name}={raw!r} must be one of {', '.join(choices)}")
     return value
+
+
+def enabled(env: Mapping[str, str] | None = None) -> bool:
+    """DUALPATH_ENABLED alone: when it is off, no other setting is read, so none can stop vLLM."""
+    return _flag(os.environ if env is None else env, ENABLED, True)
 
 
 def load(env: Mapping[str, str] | None = None) -> Settings:
