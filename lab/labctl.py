@@ -6,7 +6,8 @@ Every test host in this repository is made here: the README's lab, and every mol
 
     labctl.py image [--rebuild]              build the base image (debootstrap + docker import)
     labctl.py up   [--prefix P] [--host H]   start the hosts and the rail between the first two
-    labctl.py down [--prefix P] [--images]   remove the hosts (the rail goes with them)
+    labctl.py down [--prefix P] [--images]   remove the hosts (the rail goes with them); with
+                                             --images also the base and stand-in images
     labctl.py status [--prefix P]
     labctl.py standin-image                  build the stand-in serving image (tests/standin)
 """
@@ -28,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 IMAGE = "dualspark-lab/node:bookworm"
+# The stand-in serving image's repository (standin_image.REPOSITORY), built on IMAGE.
+STANDIN_REPOSITORY = "dualspark-lab/vllm-standin"
 SUITE = "bookworm"
 LABEL = "dualspark.lab"
 DEFAULT_PREFIX = "dualspark-lab"
@@ -376,12 +379,30 @@ def down(prefix: str, images: bool) -> None:
     else:
         log(f"no hosts of lab '{prefix}'")
     if images:
-        others = docker("ps", "-a", "--filter", f"ancestor={IMAGE}", "--format", "{{.Names}}")
-        if others.stdout.split():
-            raise LabError(f"{IMAGE} still used by {others.stdout.split()}; not removed")
-        if docker("image", "inspect", IMAGE, check=False).returncode == 0:
-            docker("rmi", IMAGE)
-            log(f"removed image {IMAGE}")
+        remove_images()
+
+
+def lab_images() -> list[str]:
+    """The images the lab built that exist: every tag of the stand-in, then the base image."""
+    listing = docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", STANDIN_REPOSITORY)
+    standins = sorted({ref for ref in listing.stdout.split() if not ref.endswith(":<none>")})
+    base = [IMAGE] if docker("image", "inspect", IMAGE, check=False).returncode == 0 else []
+    return standins + base
+
+
+def remove_images() -> None:
+    """Remove the lab's images (stand-in tags first: they are built on the base image); none if a
+    container still uses one of them. Quiet when there is none."""
+    images = lab_images()
+    if not images:
+        return
+    filters = [arg for image in images for arg in ("--filter", f"ancestor={image}")]
+    users = docker("ps", "-a", *filters, "--format", "{{.Names}}").stdout.split()
+    if users:
+        raise LabError(f"{', '.join(images)} still used by {users}; no image removed")
+    docker("rmi", *images)
+    for image in images:
+        log(f"removed image {image}")
 
 
 def status(prefix: str) -> None:
@@ -426,7 +447,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                 help="do not give the hosts the VM's Docker engine",
             )
         if name == "down":
-            cmd.add_argument("--images", action="store_true", help="also remove the base image")
+            cmd.add_argument(
+                "--images",
+                action="store_true",
+                help=f"also remove the images the lab built: {IMAGE} and every tag of "
+                f"{STANDIN_REPOSITORY}",
+            )
     return parser.parse_args(argv)
 
 

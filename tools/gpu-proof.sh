@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The dual path's GPU proof on a CUDA machine without vLLM or network: build vLLM's Marlin FP8
-# kernels from the sdist, run the GPU tests against them, calibrate on this GPU, benchmark the
-# dual path with that calibration per layer, then a stack of layers in forward order.
+# The dual path's GPU proof on a CUDA machine, which needs neither vLLM nor network access: build
+# vLLM's Marlin FP8 kernels from the sdist, run the GPU tests against them, calibrate on this GPU,
+# benchmark the dual path with that calibration per layer, then a stack of layers in forward order.
 #
 #   tools/gpu-proof.sh .cache/sdist/vllm-0.33.0.tar.gz OUTDIR [extra benchmark arguments]
 #

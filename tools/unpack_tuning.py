@@ -1,21 +1,28 @@
 """Side-by-side timings of unpack kernels on one GPU: tile counts x warps, and an older kernel.
 
+    export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
     git show REV:files/vllm_dualpath/src/vllm_dualpath/unpack.py > .cache/gpu/unpack_old.py
     PYTHONPATH=files/vllm_dualpath/src:.cache/gpu python3 tools/unpack_tuning.py
 
-Every variant must give the older kernel's bits; the line per shape names the fastest and each
-variant's time and share of the device copy bandwidth (3 bytes per element).
+Needs a CUDA GPU and vLLM's Marlin ops (VLLM_DUALPATH_MARLIN_LIB, the library
+tools/marlin/build.py builds) to repack the weights; the older kernel is optional (--older names
+its module, looked up on PYTHONPATH). Every variant must give the older kernel's bits; the line per
+shape names the fastest and each variant's time and share of the device copy bandwidth (3 bytes
+per element), on standard output. Results: docs/perf/unpack-tuning-h200.txt.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 import torch
 from vllm_dualpath import timing, unpack
 from vllm_dualpath.marlin_reference import (
+    MARLIN_LIBRARY_ENV,
     MarlinFp8Layer,
     load_marlin_library,
     prepare_fp8_for_marlin,
@@ -31,6 +38,11 @@ SHAPES: tuple[tuple[int, int, Block], ...] = (
     (2880, 2880, (128, 128)),
     (7168, 5120, None),
 )
+TILES = (2, 4, 8)  # 16x64 tiles per program
+WARPS = (4, 8)
+BUDGET_S = 0.05  # timed seconds per variant, as timing.median_call_us_side_by_side takes it
+OLDER_MODULE = "unpack_old"
+SEED = 0
 
 
 def _call(
@@ -41,7 +53,14 @@ def _call(
 
 
 def time_shape(
-    n: int, k: int, block: Block, older: ModuleType | None, generator: torch.Generator
+    n: int,
+    k: int,
+    block: Block,
+    older: ModuleType | None,
+    generator: torch.Generator,
+    tile_counts: Sequence[int] = TILES,
+    warp_counts: Sequence[int] = WARPS,
+    budget_s: float = BUDGET_S,
 ) -> tuple[dict[str, float], bool]:
     sets = max(2, min(16, (256 << 20) // (n * k) + 1))
     layers = [
@@ -61,29 +80,83 @@ def time_shape(
         calls = [_call(older.unpack_weight, layer, block, buffer) for layer in layers]
         same &= torch.equal(calls[0]().view(torch.int16), reference.view(torch.int16))
         variants["older"] = calls
-    for tiles in (2, 4, 8):
-        for warps in (4, 8):
+    for tiles in tile_counts:
+        for warps in warp_counts:
             got = current[0](tiles, warps)
             same &= torch.equal(got.view(torch.int16), reference.view(torch.int16))
             variants[f"kt{tiles}w{warps}"] = [
                 lambda call=call, t=tiles, w=warps: call(t, w) for call in current
             ]
-    return timing.median_call_us_side_by_side(variants, 0.05), same
+    return timing.median_call_us_side_by_side(variants, budget_s), same
 
 
-def main() -> None:
-    if not load_marlin_library():
-        raise SystemExit("Marlin ops not found: set VLLM_DUALPATH_MARLIN_LIB")
+def _counts(text: str) -> tuple[int, ...]:
+    """Comma-separated positive whole numbers."""
     try:
-        older = importlib.import_module("unpack_old")
+        counts = tuple(int(part, 10) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not comma-separated whole numbers: {text!r}") from None
+    if min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return counts
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--older",
+        default=OLDER_MODULE,
+        metavar="MODULE",
+        help="module with the older kernel's unpack_weight, on PYTHONPATH; timed and compared "
+        f"when it can be imported (default {OLDER_MODULE})",
+    )
+    parser.add_argument(
+        "--tiles",
+        type=_counts,
+        default=TILES,
+        help=f"comma-separated tiles per program (default {','.join(map(str, TILES))})",
+    )
+    parser.add_argument(
+        "--warps",
+        type=_counts,
+        default=WARPS,
+        help=f"comma-separated warps per program (default {','.join(map(str, WARPS))})",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=BUDGET_S,
+        help=f"timed seconds per variant and shape (default {BUDGET_S})",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=SEED, help=f"seed of the random weights (default {SEED})"
+    )
+    args = parser.parse_args(argv)
+    if args.budget_s <= 0:
+        parser.error("--budget-s must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("unpack_tuning needs a CUDA GPU")
+    if not load_marlin_library():
+        raise SystemExit(f"Marlin ops not found: set {MARLIN_LIBRARY_ENV}")
+    try:
+        older = importlib.import_module(args.older)
     except ImportError:
         older = None
     copy = timing.copy_bandwidth_gbps()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s", flush=True)
     generator = torch.Generator(device="cuda")
-    generator.manual_seed(0)
+    generator.manual_seed(args.seed)
     for n, k, block in SHAPES:
-        medians, same = time_shape(n, k, block, older, generator)
+        medians, same = time_shape(
+            n, k, block, older, generator, args.tiles, args.warps, args.budget_s
+        )
         shares = " ".join(
             f"{name}:{us:.1f}us/{3 * n * k / (us * 1e-6) / 1e9 / copy:.0%}"
             for name, us in medians.items()
@@ -92,7 +165,8 @@ def main() -> None:
         scaled = "block" if block else "unscaled"
         print(f"{n}x{k} {scaled} same_bits={same} best={best} {shares}", flush=True)
         torch.cuda.empty_cache()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

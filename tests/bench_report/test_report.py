@@ -10,8 +10,8 @@ import pytest
 from matplotlib.image import imread
 
 from tools.bench_report.__main__ import main
+from tools.bench_report.reference import CASES
 from tools.bench_report.report import NoResultsError, load_results, write_report
-from tools.bench_report.seed import CASES
 from tools.bench_report.table import build_rows, render_markdown
 
 SAMPLES = Path(__file__).with_name("samples")

@@ -1,12 +1,16 @@
-"""The lab tool's own logic: mirror discovery and image freshness."""
+"""The lab tool's own logic: mirror discovery, image freshness, and what `down --images` removes."""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
 
-from lab import labctl
+from lab import labctl, standin_image
+
+STANDIN = labctl.STANDIN_REPOSITORY
 
 
 def sources_dir(tmp_path: Path, name: str, text: str) -> Path:
@@ -59,3 +63,92 @@ def test_recipe_digest_follows_the_package_list(
 
 def test_rail_uses_the_production_twin_names() -> None:
     assert labctl.RAIL_INTERFACES == ("enp1s0f1np1", "enP2p1s0f1np1")
+
+
+class FakeDocker:
+    """Stands in for ``labctl.docker``: images by reference, containers by name -> image.
+
+    Answers the calls ``down`` makes; any other call fails the test."""
+
+    def __init__(self, images: Iterable[str], containers: Mapping[str, str] | None = None) -> None:
+        self.images = set(images)
+        self.containers = dict(containers or {})
+        self.removed: list[str] = []
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        code, out = 0, ""
+        match args:
+            case ("ps", "-a", *rest):
+                filters = [rest[i + 1] for i, arg in enumerate(rest) if arg == "--filter"]
+                ancestors = {f.partition("=")[2] for f in filters if f.startswith("ancestor=")}
+                labelled = any(f.startswith("label=") for f in filters)  # no lab hosts here
+                names = [
+                    name
+                    for name, image in self.containers.items()
+                    if not labelled and (not ancestors or image in ancestors)
+                ]
+                out = "\n".join(names)
+            case ("inspect", "--format", _, *names):
+                out = "\n".join(f"/{name} default" for name in names)
+            case ("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", repository):
+                out = "\n".join(i for i in self.images if i.rpartition(":")[0] == repository)
+            case ("image", "inspect", reference):
+                code = 0 if reference in self.images else 1
+            case ("rmi", *references):
+                assert set(references) <= self.images, f"rmi of absent {references}"
+                self.images -= set(references)
+                self.removed += references
+            case _:
+                raise AssertionError(f"unexpected docker call {args}")
+        if check and code:
+            raise labctl.LabError(f"docker {' '.join(args)} failed")
+        return subprocess.CompletedProcess(("docker", *args), code, out, "")
+
+
+def fake_docker(monkeypatch: pytest.MonkeyPatch, docker: FakeDocker) -> FakeDocker:
+    monkeypatch.setattr(labctl, "docker", docker)
+    return docker
+
+
+def test_down_images_removes_the_base_and_every_standin_tag(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    built = {labctl.IMAGE, f"{STANDIN}:0123456789abcdef", f"{STANDIN}:latest"}
+    docker = fake_docker(monkeypatch, FakeDocker({*built, "debian:bookworm"}))
+    labctl.down(labctl.DEFAULT_PREFIX, images=True)
+    assert docker.images == {"debian:bookworm"}
+    assert set(docker.removed) == built
+    assert docker.removed[-1] == labctl.IMAGE, "the stand-in is built on the base: it goes first"
+    output = capsys.readouterr().out
+    assert all(f"removed image {image}" in output for image in built)
+
+
+def test_down_images_when_they_are_gone_is_quiet(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docker = fake_docker(monkeypatch, FakeDocker({"debian:bookworm"}))
+    labctl.down(labctl.DEFAULT_PREFIX, images=True)
+    labctl.down(labctl.DEFAULT_PREFIX, images=True)
+    assert docker.removed == []
+    assert "image" not in capsys.readouterr().out
+
+
+def test_down_without_images_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    docker = fake_docker(monkeypatch, FakeDocker({labctl.IMAGE, f"{STANDIN}:latest"}))
+    labctl.down(labctl.DEFAULT_PREFIX, images=False)
+    assert docker.removed == []
+
+
+@pytest.mark.parametrize("used", [f"{STANDIN}:latest", labctl.IMAGE])
+def test_down_images_removes_none_while_a_container_uses_one(
+    monkeypatch: pytest.MonkeyPatch, used: str
+) -> None:
+    images = {labctl.IMAGE, f"{STANDIN}:latest"}
+    docker = fake_docker(monkeypatch, FakeDocker(images, {"other-lab-spark-a-vllm": used}))
+    with pytest.raises(labctl.LabError, match="other-lab-spark-a-vllm"):
+        labctl.down(labctl.DEFAULT_PREFIX, images=True)
+    assert docker.images == images
+
+
+def test_down_removes_the_images_standin_image_builds() -> None:
+    assert standin_image.REPOSITORY == labctl.STANDIN_REPOSITORY

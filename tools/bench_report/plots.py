@@ -8,11 +8,11 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from tools.bench_report.seed import Phase
+from tools.bench_report.reference import Phase
 from tools.bench_report.table import Row
 
 MEASURED_COLOUR = "#1f6fb4"
-SEED_COLOUR = "#b0b0b0"
+REFERENCE_COLOUR = "#b0b0b0"
 
 
 def plot_rows(rows: Sequence[Row], path: Path, title: str) -> Path:
@@ -34,16 +34,16 @@ def _panel(axis: Axes, rows: Sequence[Row], phase: Phase) -> None:
     width = 0.38
     # A reference given as a range is drawn at its middle with the range as an error bar.
     spans = [
-        [row.case.seed_mid - row.case.seed_low for row in rows],
-        [row.case.seed_high - row.case.seed_mid for row in rows],
+        [row.case.reference_mid - row.case.reference_low for row in rows],
+        [row.case.reference_high - row.case.reference_mid for row in rows],
     ]
     axis.bar(
         [p - width / 2 for p in positions],
-        [row.case.seed_mid for row in rows],
+        [row.case.reference_mid for row in rows],
         width,
         yerr=spans,
         capsize=4,
-        color=SEED_COLOUR,
+        color=REFERENCE_COLOUR,
         label="reference deployment",
     )
     bars = axis.bar(

@@ -18,18 +18,22 @@ class Case:
     name: str
     title: str
     phase: Phase
-    seed_low: float
-    seed_high: float
+    reference_low: float
+    reference_high: float
 
     @property
-    def seed_text(self) -> str:
-        if self.seed_low == self.seed_high:
-            return f"{self.seed_low:,.1f}" if self.seed_low < 100 else f"{self.seed_low:,.0f}"
-        return f"{self.seed_low:,.1f}-{self.seed_high:,.1f}"
+    def reference_text(self) -> str:
+        if self.reference_low == self.reference_high:
+            return (
+                f"{self.reference_low:,.1f}"
+                if self.reference_low < 100
+                else f"{self.reference_low:,.0f}"
+            )
+        return f"{self.reference_low:,.1f}-{self.reference_high:,.1f}"
 
     @property
-    def seed_mid(self) -> float:
-        return (self.seed_low + self.seed_high) / 2
+    def reference_mid(self) -> float:
+        return (self.reference_low + self.reference_high) / 2
 
 
 CASES: tuple[Case, ...] = (
@@ -43,9 +47,9 @@ CASES: tuple[Case, ...] = (
 CASES_BY_NAME = {case.name: case for case in CASES}
 
 # The reference's precision table (prefill 12k tok/s, decode prose tok/s), quoted in every report.
-SEED_PRECISION_TABLE: tuple[tuple[str, str, str], ...] = (
+REFERENCE_PRECISION_TABLE: tuple[tuple[str, str, str], ...] = (
     ("all BF16", "1,395", "25.6"),
     ("dense FP8 (Marlin W8A16) only", "1,225 (-12%)", "36.2 (+40%)"),
     ("FP8 + dual-path", "1,341", "36.5"),
 )
-SEED_SOURCE = "2x DGX Spark, 200GbE ConnectX-7, RoCE v2, NCCL over IB verbs"
+REFERENCE_SOURCE = "2x DGX Spark, 200GbE ConnectX-7, RoCE v2, NCCL over IB verbs"

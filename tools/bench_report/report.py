@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.bench_report.plots import plot_rows
-from tools.bench_report.seed import SEED_PRECISION_TABLE, SEED_SOURCE
+from tools.bench_report.reference import REFERENCE_PRECISION_TABLE, REFERENCE_SOURCE
 from tools.bench_report.serve_result import ResultFileError, ServeResult, load_serve_result
 from tools.bench_report.table import Row, build_rows, render_markdown
 
@@ -65,7 +65,7 @@ def _markdown(
         "- measured with `vllm bench serve` inside the runtime image, one request at a time;",
         "  prefill = prompt tokens / time to first token, decode = tokens after the first /",
         "  time after the first token, each the median over the case's requests.",
-        f"- reference figures: {SEED_SOURCE}.",
+        f"- reference figures: {REFERENCE_SOURCE}.",
         "",
         render_markdown(rows),
         f"![measured beside the reference]({FIGURE_NAME})",
@@ -74,7 +74,10 @@ def _markdown(
         "",
         "| precision of dense layers | prefill 12k tok/s | decode prose tok/s |",
         "|---|---|---|",
-        *[f"| {name} | {prefill} | {decode} |" for name, prefill, decode in SEED_PRECISION_TABLE],
+        *[
+            f"| {name} | {prefill} | {decode} |"
+            for name, prefill, decode in REFERENCE_PRECISION_TABLE
+        ],
         "",
     ]
     return "\n".join(lines)
@@ -88,7 +91,7 @@ def _summary(rows: Sequence[Row], context: Mapping[str, str]) -> dict[str, objec
                 "case": row.case.name,
                 "phase": row.case.phase.value,
                 "measured_tok_s": row.measured,
-                "reference_tok_s": [row.case.seed_low, row.case.seed_high],
+                "reference_tok_s": [row.case.reference_low, row.case.reference_high],
                 "ratio": row.ratio,
                 "requests": row.requests,
                 "note": row.note,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tools.bench_report.seed import CASES, Case, Phase
+from tools.bench_report.reference import CASES, Case, Phase
 from tools.bench_report.serve_result import ServeResult
 
 
@@ -19,7 +19,7 @@ class Row:
     @property
     def ratio(self) -> float | None:
         """Measured over the reference (its middle where the reference is a range)."""
-        return None if self.measured is None else self.measured / self.case.seed_mid
+        return None if self.measured is None else self.measured / self.case.reference_mid
 
 
 def build_rows(results: Mapping[str, ServeResult]) -> list[Row]:
@@ -62,7 +62,7 @@ def render_markdown(rows: Iterable[Row]) -> str:
         measured = "—" if row.measured is None else _number(row.measured)
         ratio = "—" if row.ratio is None else f"{row.ratio:.2f}x"
         lines.append(
-            f"| {row.case.title} | {measured} | {row.case.seed_text} | {ratio} | {row.note} |"
+            f"| {row.case.title} | {measured} | {row.case.reference_text} | {ratio} | {row.note} |"
         )
     return "\n".join(lines) + "\n"
 

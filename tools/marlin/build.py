@@ -1,11 +1,11 @@
 """Build vLLM's FP8-weight x BF16-activation Marlin kernels as a standalone torch library.
 
-Runs on a CUDA machine that has torch and nvcc but no vLLM (and no network): it takes the
-vLLM source distribution from PyPI (fetched elsewhere with `pip download`), extracts the Marlin
-sources, generates only the kernel instantiations the FP8 dense path uses (BF16 activations and
-outputs, channel-wise and 128-group scales), compiles them in parallel and links one shared
-library. Loading it with `torch.ops.load_library` registers `torch.ops._C.marlin_gemm` and
-`torch.ops._C.gptq_marlin_repack`, the names vLLM itself uses.
+Needs only torch and nvcc on the CUDA machine, neither vLLM nor network access: it takes the
+vLLM source distribution from PyPI (fetched with `pip download` wherever PyPI can be reached),
+extracts the Marlin sources, generates only the kernel instantiations the FP8 dense path uses
+(BF16 activations and outputs, channel-wise and 128-group scales), compiles them in parallel and
+links one shared library. Loading it with `torch.ops.load_library` registers
+`torch.ops._C.marlin_gemm` and `torch.ops._C.gptq_marlin_repack`, the names vLLM itself uses.
 
     python3 tools/marlin/build.py --sdist .cache/sdist/vllm-0.33.0.tar.gz --out build/marlin
 
