@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from lab import labctl
 from tests.conftest import REPO, output_of, run_tool
 
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
@@ -13,6 +16,18 @@ SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.y
 
 def test_scenarios_found() -> None:
     assert "lab" in SCENARIOS, f"molecule scenarios under {REPO / 'molecule'}: {SCENARIOS}"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_hosts_are_apart_from_the_readme_lab(scenario: str) -> None:
+    """bin/test must leave the lab of bin/lab-site running: no scenario may take its names."""
+    prefixes = set()
+    for playbook in ("create.yml", "destroy.yml"):
+        (play,) = yaml.safe_load((REPO / "molecule/shared" / playbook).read_text(encoding="utf-8"))
+        template = play["vars"]["lab_prefix"]
+        prefixes.add(re.sub(r"\{\{.*MOLECULE_SCENARIO_NAME.*\}\}", scenario, template))
+    (prefix,) = prefixes
+    assert "{{" not in prefix and prefix != labctl.DEFAULT_PREFIX, prefix
 
 
 @pytest.mark.molecule
