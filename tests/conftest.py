@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -18,6 +20,28 @@ def run_tool(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.Co
     env["NO_COLOR"] = "1"
     return subprocess.run(
         list(args), cwd=cwd, env=env, text=True, capture_output=True, timeout=timeout, check=False
+    )
+
+
+def run_local_play(
+    directory: Path, plays: list[dict[str, Any]], *env: str
+) -> subprocess.CompletedProcess[str]:
+    """Write ``plays`` to directory/play.yml and run it on this machine (``env``: NAME=value
+    settings for ansible-playbook); never raises on failure."""
+    (directory / "play.yml").write_text(yaml.safe_dump(plays, sort_keys=False), encoding="utf-8")
+    return run_tool(
+        "env",
+        *env,
+        "ansible-playbook",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        "ansible_python_interpreter={{ ansible_playbook_python }}",
+        "play.yml",
+        cwd=directory,
+        timeout=300,
     )
 
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import REPO, output_of, run_tool
+from tests.conftest import REPO, output_of, run_local_play
 
 DIGEST = "sha256:" + "0" * 64
 
@@ -45,21 +44,7 @@ def run_image_step(tmp_path: Path, pull: bool) -> str:
             ],
         }
     ]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    result = run_tool(
-        "env",
-        f"ANSIBLE_ROLES_PATH={REPO / 'roles'}",
-        "ansible-playbook",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        "ansible_python_interpreter={{ ansible_playbook_python }}",
-        "play.yml",
-        cwd=tmp_path,
-        timeout=300,
-    )
+    result = run_local_play(tmp_path, play, f"ANSIBLE_ROLES_PATH={REPO / 'roles'}")
     output = " ".join(output_of(result, 100).split())
     assert result.returncode != 0, output
     return output

@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import REPO, output_of, run_tool
+from tests.conftest import REPO, output_of, run_local_play
 
 RAIL = {"rocep1s0f1": "enp1s0f1np1", "roceP2p1s0f1": "enP2p1s0f1np1"}
 OFF_RAIL = {"rocep1s0f0": "enp1s0f0np0", "roceP2p1s0f0": "enP2p1s0f0np0"}
@@ -47,21 +46,7 @@ def validate_rdma(tmp_path: Path, states: dict[str, str]) -> tuple[int, str]:
             ],
         }
     ]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    result = run_tool(
-        "env",
-        f"PATH={bin_dir}:{REPO / '.venv/bin'}:/usr/bin:/bin",
-        "ansible-playbook",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        "ansible_python_interpreter={{ ansible_playbook_python }}",
-        "play.yml",
-        cwd=tmp_path,
-        timeout=300,
-    )
+    result = run_local_play(tmp_path, play, f"PATH={bin_dir}:{REPO / '.venv/bin'}:/usr/bin:/bin")
     return result.returncode, output_of(result, 200)
 
 
