@@ -21,10 +21,9 @@ from types import ModuleType
 
 import torch
 from vllm_dualpath import timing, unpack
+from vllm_dualpath.bench_paths import require_gpu_and_marlin
 from vllm_dualpath.marlin_reference import (
-    MARLIN_LIBRARY_ENV,
     MarlinFp8Layer,
-    load_marlin_library,
     prepare_fp8_for_marlin,
     random_fp8_weight,
     random_scales,
@@ -105,6 +104,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--marlin-lib", help="Marlin library from tools/marlin/build.py")
     parser.add_argument(
         "--older",
         default=OLDER_MODULE,
@@ -141,10 +141,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("unpack_tuning needs a CUDA GPU")
-    if not load_marlin_library():
-        raise SystemExit(f"Marlin ops not found: set {MARLIN_LIBRARY_ENV}")
+    require_gpu_and_marlin(args.marlin_lib, "unpack_tuning")
     try:
         older = importlib.import_module(args.older)
     except ImportError:

@@ -11,6 +11,7 @@ import torch
 
 from vllm_dualpath import calibration, op, scratch, settings, timing, unpack
 from vllm_dualpath.marlin_reference import (
+    MARLIN_LIBRARY_ENV,
     MarlinFp8Layer,
     apply_fp8_marlin_linear,
     dequantize_fp8,
@@ -143,4 +144,7 @@ def require_gpu_and_marlin(marlin_lib: str | None, command: str) -> None:
     if not torch.cuda.is_available():
         raise SystemExit(f"{command} needs a CUDA GPU")
     if not load_marlin_library(marlin_lib):
-        raise SystemExit("Marlin ops not found: pass --marlin-lib or run where vLLM is installed")
+        raise SystemExit(
+            f"Marlin ops not found: set {MARLIN_LIBRARY_ENV} or pass --marlin-lib (the library "
+            "tools/marlin/build.py builds), or run where vLLM is installed"
+        )
