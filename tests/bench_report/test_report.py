@@ -78,12 +78,32 @@ def test_report_writes_markdown_png_and_summary(tmp_path: Path) -> None:
     assert summary["cases"][1]["measured_tok_s"] == pytest.approx(1308.0, abs=1.0)
 
 
-def test_no_known_case_is_refused(tmp_path: Path) -> None:
+def test_a_case_of_another_name_is_reported_without_a_reference(tmp_path: Path) -> None:
     data = json.loads((SAMPLES / "decode_code.json").read_text(encoding="utf-8"))
-    data["case"] = "something_else"
-    (tmp_path / "x.json").write_text(json.dumps(data), encoding="utf-8")
+    data["case"] = "decode_my_prompts"
+    (tmp_path / "mine.json").write_text(json.dumps(data), encoding="utf-8")
+    report = write_report(load_results(tmp_path), tmp_path / "out", "t", {})
+    text = report.markdown.read_text(encoding="utf-8")
+    assert "## Other cases" in text
+    cells = table_cells(text.split("## Other cases")[1])
+    prefill, decode, note = cells["decode_my_prompts"]
+    assert decode == "42.1"  # the same requests as the reference decode_code sample
+    assert prefill != "—" and "median of 3" in note
+    assert all(row.measured is None for row in report.rows)
+    summary = json.loads(report.summary.read_text(encoding="utf-8"))
+    assert [c["case"] for c in summary["other_cases"]] == ["decode_my_prompts"]
+    assert summary["other_cases"][0]["decode_tok_s"] == pytest.approx(42.1, abs=0.05)
+
+
+def test_reference_cases_alone_leave_no_other_section(tmp_path: Path) -> None:
+    report = write_report(load_results(SAMPLES), tmp_path / "out", "t", {})
+    assert "## Other cases" not in report.markdown.read_text(encoding="utf-8")
+    assert json.loads(report.summary.read_text(encoding="utf-8"))["other_cases"] == []
+
+
+def test_no_result_is_refused(tmp_path: Path) -> None:
     with pytest.raises(NoResultsError):
-        write_report(load_results(tmp_path), tmp_path / "out", "t", {})
+        write_report({}, tmp_path / "out", "t", {})
     assert not (tmp_path / "out").exists()
 
 

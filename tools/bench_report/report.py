@@ -10,7 +10,14 @@ from pathlib import Path
 from tools.bench_report.plots import plot_rows
 from tools.bench_report.reference import REFERENCE_PRECISION_TABLE, REFERENCE_SOURCE
 from tools.bench_report.serve_result import ResultFileError, ServeResult, load_serve_result
-from tools.bench_report.table import Row, build_rows, render_markdown
+from tools.bench_report.table import (
+    OtherRow,
+    Row,
+    build_other_rows,
+    build_rows,
+    render_markdown,
+    render_other_markdown,
+)
 
 FIGURE_NAME = "throughput.png"
 MARKDOWN_NAME = "report.md"
@@ -18,7 +25,7 @@ SUMMARY_NAME = "summary.json"
 
 
 class NoResultsError(ValueError):
-    """The results directory holds no result of a known case."""
+    """The results directory holds no result."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,7 @@ class Report:
     figure: Path
     summary: Path
     rows: tuple[Row, ...]
+    other_rows: tuple[OtherRow, ...]
 
 
 def load_results(results_dir: Path) -> dict[str, ServeResult]:
@@ -42,19 +50,26 @@ def write_report(
     results: Mapping[str, ServeResult], out_dir: Path, title: str, context: Mapping[str, str]
 ) -> Report:
     rows = build_rows(results)
-    if all(row.measured is None for row in rows):
-        raise NoResultsError("no result of a known case: nothing to report")
+    other_rows = build_other_rows(results)
+    if not results:
+        raise NoResultsError("no result: nothing to report")
     out_dir.mkdir(parents=True, exist_ok=True)
     figure = plot_rows(rows, out_dir / FIGURE_NAME, title)
     markdown = out_dir / MARKDOWN_NAME
-    markdown.write_text(_markdown(rows, title, context, results), encoding="utf-8")
+    markdown.write_text(_markdown(rows, other_rows, title, context, results), encoding="utf-8")
     summary = out_dir / SUMMARY_NAME
-    summary.write_text(json.dumps(_summary(rows, context), indent=2) + "\n", encoding="utf-8")
-    return Report(markdown, figure, summary, tuple(rows))
+    summary.write_text(
+        json.dumps(_summary(rows, other_rows, context), indent=2) + "\n", encoding="utf-8"
+    )
+    return Report(markdown, figure, summary, tuple(rows), tuple(other_rows))
 
 
 def _markdown(
-    rows: Sequence[Row], title: str, context: Mapping[str, str], results: Mapping[str, ServeResult]
+    rows: Sequence[Row],
+    other_rows: Sequence[OtherRow],
+    title: str,
+    context: Mapping[str, str],
+    results: Mapping[str, ServeResult],
 ) -> str:
     models = sorted({result.model_id for result in results.values() if result.model_id})
     lines = [f"# {title}", ""]
@@ -70,6 +85,16 @@ def _markdown(
         render_markdown(rows),
         f"![measured beside the reference]({FIGURE_NAME})",
         "",
+    ]
+    if other_rows:
+        lines += [
+            "## Other cases",
+            "",
+            "Cases without a reference figure, both rates as measured (the median per request).",
+            "",
+            render_other_markdown(other_rows),
+        ]
+    lines += [
         "## Reference: precision of the dense layers",
         "",
         "| precision of dense layers | prefill 12k tok/s | decode prose tok/s |",
@@ -83,7 +108,9 @@ def _markdown(
     return "\n".join(lines)
 
 
-def _summary(rows: Sequence[Row], context: Mapping[str, str]) -> dict[str, object]:
+def _summary(
+    rows: Sequence[Row], other_rows: Sequence[OtherRow], context: Mapping[str, str]
+) -> dict[str, object]:
     return {
         "context": dict(context),
         "cases": [
@@ -97,6 +124,16 @@ def _summary(rows: Sequence[Row], context: Mapping[str, str]) -> dict[str, objec
                 "note": row.note,
             }
             for row in rows
+        ],
+        "other_cases": [
+            {
+                "case": row.name,
+                "prefill_tok_s": row.prefill,
+                "decode_tok_s": row.decode,
+                "requests": row.requests,
+                "note": row.note,
+            }
+            for row in other_rows
         ],
     }
 

@@ -1,4 +1,5 @@
-"""The report's table: one row per case, measured beside the reference figure."""
+"""The report's tables: one row per reference case, measured beside the reference figure, and
+one per case of another name (prefill and decode as measured, no reference)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,55 @@ def _note(case: Case, result: ServeResult) -> str:
     if case.name == "prefill_12k_cold" and served_before not in (None, "", "0", 0):
         parts.append(f"not cold: the service had served {served_before} requests before")
     return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class OtherRow:
+    """A case outside the reference's: both rates, since its phase is not known."""
+
+    name: str
+    prefill: float | None
+    decode: float | None
+    requests: int
+    note: str
+
+
+def build_other_rows(results: Mapping[str, ServeResult]) -> list[OtherRow]:
+    """One row per result whose case is not a reference case, by name."""
+    known = {case.name for case in CASES}
+    rows = []
+    for name in sorted(set(results) - known):
+        result = results[name]
+        parts = [
+            f"median of {len(result.input_lens)}",
+            f"{result.mean_input_len:,.0f}-token prompts",
+        ]
+        if result.output_lens:
+            parts.append(f"{sum(result.output_lens) / len(result.output_lens):,.0f} tokens out")
+        if result.failed:
+            parts.append(f"{result.failed} failed")
+        rows.append(
+            OtherRow(
+                name,
+                result.median_prefill_tok_s,
+                result.median_decode_tok_s,
+                len(result.input_lens),
+                "; ".join(parts),
+            )
+        )
+    return rows
+
+
+def render_other_markdown(rows: Iterable[OtherRow]) -> str:
+    lines = [
+        "| case | prefill tok/s | decode tok/s | notes |",
+        "|---|---:|---:|---|",
+    ]
+    for row in rows:
+        prefill = "—" if row.prefill is None else _number(row.prefill)
+        decode = "—" if row.decode is None else _number(row.decode)
+        lines.append(f"| {row.name} | {prefill} | {decode} | {row.note} |")
+    return "\n".join(lines) + "\n"
 
 
 def render_markdown(rows: Iterable[Row]) -> str:
