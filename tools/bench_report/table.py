@@ -40,14 +40,21 @@ def build_rows(results: Mapping[str, ServeResult]) -> list[Row]:
     return rows
 
 
-def _note(case: Case, result: ServeResult) -> str:
+def _parts(result: ServeResult, prompts: bool, outputs: bool) -> list[str]:
+    """How many requests, their prompt and output lengths, how many failed."""
     parts = [f"median of {len(result.input_lens)}"]
-    if case.phase is Phase.PREFILL:
+    if prompts:
         parts.append(f"{result.mean_input_len:,.0f}-token prompts")
-    else:
+    if outputs and result.output_lens:
         parts.append(f"{sum(result.output_lens) / len(result.output_lens):,.0f} tokens out")
     if result.failed:
         parts.append(f"{result.failed} failed")
+    return parts
+
+
+def _note(case: Case, result: ServeResult) -> str:
+    prefill = case.phase is Phase.PREFILL
+    parts = _parts(result, prompts=prefill, outputs=not prefill)
     served_before = result.extra.get("served_before")
     if case.name == "prefill_12k_cold" and served_before not in (None, "", "0", 0):
         parts.append(f"not cold: the service had served {served_before} requests before")
@@ -71,50 +78,51 @@ def build_other_rows(results: Mapping[str, ServeResult]) -> list[OtherRow]:
     rows = []
     for name in sorted(set(results) - known):
         result = results[name]
-        parts = [
-            f"median of {len(result.input_lens)}",
-            f"{result.mean_input_len:,.0f}-token prompts",
-        ]
-        if result.output_lens:
-            parts.append(f"{sum(result.output_lens) / len(result.output_lens):,.0f} tokens out")
-        if result.failed:
-            parts.append(f"{result.failed} failed")
         rows.append(
             OtherRow(
                 name,
                 result.median_prefill_tok_s,
                 result.median_decode_tok_s,
                 len(result.input_lens),
-                "; ".join(parts),
+                "; ".join(_parts(result, prompts=True, outputs=True)),
             )
         )
     return rows
 
 
 def render_other_markdown(rows: Iterable[OtherRow]) -> str:
-    lines = [
-        "| case | prefill tok/s | decode tok/s | notes |",
-        "|---|---:|---:|---|",
-    ]
-    for row in rows:
-        prefill = "—" if row.prefill is None else _number(row.prefill)
-        decode = "—" if row.decode is None else _number(row.decode)
-        lines.append(f"| {row.name} | {prefill} | {decode} | {row.note} |")
-    return "\n".join(lines) + "\n"
+    return _table(
+        ["case", "prefill tok/s", "decode tok/s", "notes"],
+        [[row.name, _cell(row.prefill), _cell(row.decode), row.note] for row in rows],
+    )
 
 
 def render_markdown(rows: Iterable[Row]) -> str:
-    lines = [
-        "| case | tok/s measured | tok/s reference | measured / reference | notes |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for row in rows:
-        measured = "—" if row.measured is None else _number(row.measured)
-        ratio = "—" if row.ratio is None else f"{row.ratio:.2f}x"
-        lines.append(
-            f"| {row.case.title} | {measured} | {row.case.reference_text} | {ratio} | {row.note} |"
-        )
+    return _table(
+        ["case", "tok/s measured", "tok/s reference", "measured / reference", "notes"],
+        [
+            [
+                row.case.title,
+                _cell(row.measured),
+                row.case.reference_text,
+                "—" if row.ratio is None else f"{row.ratio:.2f}x",
+                row.note,
+            ]
+            for row in rows
+        ],
+    )
+
+
+def _table(header: list[str], rows: Iterable[list[str]]) -> str:
+    """Markdown: text columns first and last, figures right-aligned between them."""
+    align = ["---", *["---:"] * (len(header) - 2), "---"]
+    lines = [f"| {' | '.join(header)} |", f"|{'|'.join(align)}|"]
+    lines += [f"| {' | '.join(cells)} |" for cells in rows]
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: float | None) -> str:
+    return "—" if value is None else _number(value)
 
 
 def _number(value: float) -> str:
