@@ -11,7 +11,13 @@ The stack is ``bench_model``'s dense step: sixteen dense layers of a TP2 rank in
 Each path's passes run back to back for about ``--window-s`` seconds; NVML's energy counter is
 read on either side of the window (the GPU idle), and the SM clock and NVML's clock-limit
 reasons are sampled while it runs. The paths take turns over ``--turns`` rounds, so drift hits
-them alike. Beside the op's paths, ``unpack_only`` runs the sixteen unpacks alone.
+them alike. Beside the op's paths, ``unpack_only`` runs the sixteen unpacks alone, and with
+``--fused`` (Hopper), ``fused_warp_specialized`` runs each layer through the warp-specialized
+GEMM of ``warp_specialized_gemm.py``, which reads the FP8 weight from the Marlin layout itself;
+its accuracy is checked first as that tool checks it. With ``--l2-chunk-mib``,
+``unpack_l2_chunks`` unpacks each weight a slice of whole 256-channel tiles at a time into one
+buffer of about that size, small enough to stay in L2, and runs cuBLAS on each slice (outputs
+checked against FP32 the same way): what keeping the BF16 weight out of HBM saves.
 
 The floor: over a window held at the power limit, time = dynamic energy / (limit - static
 power). BF16's GEMMs plus the unpacks' dynamic energy, spent at the limit, take
@@ -32,6 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import result_cli
@@ -44,11 +51,18 @@ M_VALUES = (1024, 2048, 4096, 8192)
 AHEAD = model_report.path_of_depth(settings.DEFAULT_UNPACK_AHEAD_DEPTH)
 OP_PATHS = ("bf16", "unpack_cublas", AHEAD, model_report.SLOT_FREE)
 UNPACK_ONLY = "unpack_only"
-PATHS = (*OP_PATHS, UNPACK_ONLY)
+FUSED = "fused_warp_specialized"
+L2_CHUNKS = "unpack_l2_chunks"
+CHUNK_ALIGN = 256  # channels: whole Marlin tiles, scale blocks and cuBLAS tiles
 SAMPLE_S = 0.01
 IDLE_S = 1.0
 COUNTER_PROBE_S = 0.5
-PATH_COLORS = {"bf16": "black", UNPACK_ONLY: "tab:brown"}
+PATH_COLORS = {
+    "bf16": "black",
+    UNPACK_ONLY: "tab:brown",
+    FUSED: "tab:purple",
+    L2_CHUNKS: "tab:olive",
+}
 # NVML clock-limit reason bits (nvmlClocksEventReason*)
 REASONS = {"power_cap": 0x4, "hw_slowdown": 0x8 | 0x80, "thermal": 0x20 | 0x40}
 
@@ -197,8 +211,67 @@ def summarize(windows: list[dict[str, float]]) -> dict[str, float]:
     return row
 
 
+def fused_module() -> ModuleType:
+    """The warp-specialized GEMM (Gluon, Hopper only): imported only when asked for."""
+    import warp_specialized_gemm
+
+    return warp_specialized_gemm
+
+
+Chunk = tuple[int, int, torch.Tensor, torch.Tensor]  # first, end channel, Marlin words, scales
+
+
+def chunk_channels(k: int, chunk_mib: float) -> int:
+    """Channels per slice: whole CHUNK_ALIGN tiles whose BF16 rows fit ``chunk_mib``."""
+    rows = int(chunk_mib * 2**20) // (2 * k)
+    return max(CHUNK_ALIGN, rows // CHUNK_ALIGN * CHUNK_ALIGN)
+
+
+def split_weight(packed: torch.Tensor, scales: torch.Tensor, n: int, channels: int) -> list[Chunk]:
+    """A Marlin FP8 weight as slices of ``channels`` output channels, each a Marlin weight of
+    its own. A 64-channel tile column is 256 consecutive words of every tile row, and the scales'
+    permutation stays inside 64 channels, so a slice is a column range of both (needs N and
+    ``channels`` to be whole tiles)."""
+    if n % CHUNK_ALIGN or channels % CHUNK_ALIGN:
+        raise ValueError(f"slices need whole {CHUNK_ALIGN}-channel tiles: N={n}, {channels}")
+    chunks = []
+    for first in range(0, n, channels):
+        end = min(n, first + channels)
+        words = packed[:, 4 * first : 4 * end].contiguous()
+        chunks.append((first, end, words, scales[:, first:end].contiguous()))
+    return chunks
+
+
+def chunked_linear(
+    x: torch.Tensor, chunks: list[Chunk], n: int, buffer: torch.Tensor
+) -> torch.Tensor:
+    """x @ W^T, W unpacked one slice at a time into ``buffer`` with cuBLAS after each slice;
+    the output is Y^T's transpose (a view), so each slice's rows land without a copy."""
+    out_t = torch.empty(n, x.shape[0], dtype=torch.bfloat16, device=x.device)
+    for first, end, words, scales in chunks:
+        weight = unpack.unpack_weight(words, scales, end - first, x.shape[1], out=buffer)
+        torch.mm(weight, x.t(), out=out_t[first:end])
+    return out_t.t()
+
+
+def check_accuracy(stack: list, g: torch.Generator, kernels: dict[str, Any]) -> list[dict]:
+    """Each kernel against FP32 on each layer shape, as the fused probes check theirs (exits
+    non-zero when one is off)."""
+    import fused_gemm_bench
+
+    probe = fused_gemm_bench.Probe(tool=TOOL, kernels=kernels, configs=[])
+    return fused_gemm_bench.check_accuracy(probe, stack, g)
+
+
 def measure_m(
-    gauge: Gauge, stack: list, m: int, window_s: float, turns: int, g: torch.Generator
+    gauge: Gauge,
+    stack: list,
+    m: int,
+    window_s: float,
+    turns: int,
+    g: torch.Generator,
+    fused: bool = False,
+    chunk_mib: float | None = None,
 ) -> dict[str, Any]:
     base = replace(configure_overlay(None), small_m_max=0, large_m_min=m, unpack_ahead_min_m=m)
     inputs = [torch.randn(m, s.k, device="cuda", generator=g).to(torch.bfloat16) for s, _ in stack]
@@ -213,6 +286,35 @@ def measure_m(
         ]
 
     runs: dict[str, Pass] = {name: every[name] for name in OP_PATHS} | {UNPACK_ONLY: unpack_only}
+    if fused:
+        linear = fused_module().warp_specialized_linear
+        layers = list(zip(stack, inputs, strict=True))
+
+        def fused_pass() -> list[torch.Tensor]:
+            return [linear(x, w.marlin.qweight, w.marlin.scales, s.n, s.k) for (s, w), x in layers]
+
+        runs[FUSED] = fused_pass
+    if chunk_mib is not None:
+        sliced = [
+            (
+                s,
+                x,
+                split_weight(
+                    w.marlin.qweight, w.marlin.scales, s.n, chunk_channels(s.k, chunk_mib)
+                ),
+            )
+            for (s, w), x in zip(stack, inputs, strict=True)
+        ]
+        slice_buffer = torch.empty(
+            max(chunk_channels(s.k, chunk_mib) * s.k for s, _ in stack),
+            dtype=torch.bfloat16,
+            device="cuda",
+        )
+
+        def l2_chunk_pass() -> list[torch.Tensor]:
+            return [chunked_linear(x, chunks, s.n, slice_buffer) for s, x, chunks in sliced]
+
+        runs[L2_CHUNKS] = l2_chunk_pass
     for run in runs.values():
         for _ in range(bench_model.WARMUP_PASSES):
             run()
@@ -227,17 +329,33 @@ def measure_m(
     return {"m": m, "energy_counter_step_s": step_s, "paths": paths, "windows": windows}
 
 
-def run(m_values: Sequence[int], window_s: float, turns: int, argv: Sequence[str]) -> dict:
+def run(
+    m_values: Sequence[int],
+    window_s: float,
+    turns: int,
+    fused: bool,
+    chunk_mib: float | None,
+    argv: Sequence[str],
+) -> dict:
     gauge = Gauge(_nvml())
     g = torch.Generator(device="cuda")
     g.manual_seed(1)
     stack = bench_model.build_stack(4, g)
+    kernels: dict[str, Any] = {}
+    if fused:
+        kernels[FUSED] = fused_module().warp_specialized_linear
+    if chunk_mib is not None:
+        buffer = torch.empty(max(s.n * s.k for s, _ in stack), dtype=torch.bfloat16, device="cuda")
+        kernels[L2_CHUNKS] = lambda x, q, sc, n, k: chunked_linear(
+            x, split_weight(q, sc, n, chunk_channels(k, chunk_mib)), n, buffer
+        )
+    accuracy = check_accuracy(stack, g, kernels) if kernels else None
     idle_w = idle_power_w(gauge)
     limit_w = gauge.limit_w()
     log(f"{torch.cuda.get_device_name()}: power limit {limit_w:.0f} W, idle {idle_w:.0f} W")
     rows = []
     for m in m_values:
-        row = measure_m(gauge, stack, m, window_s, turns, g)
+        row = measure_m(gauge, stack, m, window_s, turns, g, fused, chunk_mib)
         both = floors(row["paths"], limit_w, idle_w)
         row["floor"] = both["fixed_clock"]
         bf16 = row["paths"]["bf16"]
@@ -266,7 +384,8 @@ def run(m_values: Sequence[int], window_s: float, turns: int, argv: Sequence[str
         "turns": turns,
         "default_ahead_depth": settings.DEFAULT_UNPACK_AHEAD_DEPTH,
         "rows": rows,
-    }
+        "l2_chunk_mib": chunk_mib,
+    } | ({"accuracy": accuracy} if accuracy is not None else {})
 
 
 def plot(result: dict, png: str) -> None:
@@ -278,8 +397,9 @@ def plot(result: dict, png: str) -> None:
     rows = result["rows"]
     ms = [row["m"] for row in rows]
     fig, (ratio_axis, power_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in OP_PATHS[1:]:
-        color = model_report.COLORS.get(name)
+    names = list(rows[0]["paths"])
+    for name in (n for n in names if n not in ("bf16", UNPACK_ONLY)):
+        color = PATH_COLORS.get(name) or model_report.COLORS.get(name)
         times = [r["paths"][name]["us_per_pass"] / r["paths"]["bf16"]["us_per_pass"] for r in rows]
         joules = [r["paths"][name]["j_per_pass"] / r["paths"]["bf16"]["j_per_pass"] for r in rows]
         ratio_axis.plot(ms, times, marker="o", color=color, label=f"{name}: time")
@@ -295,7 +415,7 @@ def plot(result: dict, png: str) -> None:
         )
     model_report.draw_targets(ratio_axis, ms)
     ratio_axis.set_title("dense stack: per pass / BF16")
-    for name in PATHS:
+    for name in names:
         power_axis.plot(
             ms,
             [r["paths"][name]["mean_power_w"] for r in rows],
@@ -321,6 +441,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--m", default=",".join(map(str, M_VALUES)), help="comma-separated M")
     parser.add_argument("--window-s", type=float, default=3.0, help="seconds per window")
     parser.add_argument("--turns", type=int, default=3, help="windows per path")
+    parser.add_argument(
+        "--fused",
+        action="store_true",
+        help="also run the warp-specialized fused GEMM (tools/warp_specialized_gemm.py; Hopper)",
+    )
+    parser.add_argument(
+        "--l2-chunk-mib",
+        type=float,
+        help="also unpack each weight in slices of about this many MiB, cuBLAS after each",
+    )
     args = parser.parse_args(argv)
     if result_cli.replotted(parser, args, plot):
         return 0
@@ -330,9 +460,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--m takes comma-separated whole numbers, got {args.m!r}")
     if min(m_values) < 1 or args.window_s <= 0 or args.turns < 1:
         parser.error("--m values, --window-s and --turns must be positive")
+    if args.l2_chunk_mib is not None and args.l2_chunk_mib <= 0:
+        parser.error("--l2-chunk-mib must be positive")
     require_gpu_and_marlin(None, TOOL)
     arguments = list(sys.argv[1:] if argv is None else argv)
-    result = run(m_values, args.window_s, args.turns, arguments)
+    result = run(m_values, args.window_s, args.turns, args.fused, args.l2_chunk_mib, arguments)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     if args.png:
         plot(result, args.png)

@@ -11,6 +11,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+import torch
 
 from tests.conftest import REPO, perf_result
 
@@ -81,3 +82,32 @@ def test_the_committed_result_is_what_its_doc_says(tool: ModuleType) -> None:
         # the doc's premise: BF16 alone holds the GPU at its power limit
         assert bf16["mean_power_w"] > 0.97 * limit and bf16["power_cap_share"] > 0.9, m
         assert f"| {m} | {bf16['us_per_pass']:.0f} us, {bf16['mean_power_w']:.0f} W" in doc
+
+
+def test_l2_chunk_slices_are_marlin_weights_of_their_channels(tool: ModuleType) -> None:
+    from vllm_dualpath import layout
+
+    g = torch.Generator().manual_seed(3)
+    n, k = 768, 256
+    codes = torch.randint(0, 256, (n, k), generator=g, dtype=torch.uint8)
+    codes[(codes & 0x7F) == 0x7F] = 0  # no NaN codes
+    scales = torch.rand(n // 128, k // 128, generator=g) + 0.5
+    packed, stored, _ = layout.prepare_reference(
+        codes.view(torch.float8_e4m3fn), scales, block=(128, 128)
+    )
+    whole = layout.dequantize_reference(packed, stored, n, k)
+    channels = tool.chunk_channels(k, 256 * k * 2 / 2**20)
+    assert channels == 256
+    chunks = tool.split_weight(packed, stored, n, channels)
+    assert [(first, end) for first, end, _, _ in chunks] == [(0, 256), (256, 512), (512, 768)]
+    for first, end, words, chunk_scales in chunks:
+        sliced = layout.dequantize_reference(words, chunk_scales, end - first, k)
+        assert torch.equal(sliced.view(torch.int16), whole[first:end].view(torch.int16)), first
+
+
+def test_l2_chunks_need_whole_tiles(tool: ModuleType) -> None:
+    words = torch.zeros(16, 4 * 320, dtype=torch.int32)
+    with pytest.raises(ValueError, match="whole 256-channel tiles"):
+        tool.split_weight(words, torch.zeros(2, 320), 320, 256)
+    assert tool.chunk_channels(5120, 16) == 1536  # 16 MiB of BF16 rows of 5120, whole tiles
+    assert tool.chunk_channels(5120, 0.1) == 256  # never less than one tile
