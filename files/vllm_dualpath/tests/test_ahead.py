@@ -109,6 +109,31 @@ def test_a_prefetch_of_a_weight_changed_in_place_since_is_not_used():
     assert state.stats.hits == 0
 
 
+def test_weights_made_in_inference_mode_are_prefetched_and_exact():
+    """vLLM runs its forward under torch.inference_mode; weights made there keep no version
+    counter, so the very tensors read are what a hit needs."""
+    with torch.inference_mode():
+        jobs = [ahead.Job(j.weight.clone(), j.scales.clone(), j.size_n, j.size_k) for j in _jobs()]
+    assert all(j.weight.is_inference() for j in jobs)
+    state = ahead.for_device(CPU)
+    expected = [_plain(job) for job in jobs]
+    with torch.inference_mode():
+        for _ in range(2):
+            for g, e in zip(_forward(state, jobs), expected, strict=True):
+                assert torch.equal(bits(g), bits(e))
+    assert state.stats.hits == 2
+    with state.unpacked(jobs[0]):
+        pass  # prefetches jobs[1]
+    with torch.inference_mode():
+        fresh = jobs[1].weight.data  # the same memory, another tensor: not the one read
+        fresh.copy_(fresh.roll(1, dims=1))
+    reloaded = ahead.Job(fresh, jobs[1].scales, jobs[1].size_n, jobs[1].size_k)
+    assert reloaded.key == jobs[1].key
+    with state.unpacked(reloaded) as weight:
+        assert torch.equal(bits(weight), bits(_plain(reloaded)))
+    assert state.stats.hits == 2
+
+
 def test_a_new_tensor_at_a_prefetched_weights_address_is_unpacked_afresh():
     """A tensor over the same memory (``.data``, or a reload at a reused address) is not the one
     the prefetch read, whatever the address says."""

@@ -250,3 +250,25 @@ def test_a_launch_is_repeated_only_for_the_same_arguments():
     assert all(other != first for other in others)
     stored.view(torch.int16)[0, 0] = 0x7F80  # +inf in place: same address, new verdict
     assert key() != first
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("rare", [False, True])
+def test_inference_tensors_are_unpacked_with_the_scales_checked_in_the_kernel(rare: bool):
+    """A weight made under torch.inference_mode keeps no version counter: no verdict can be
+    kept for its scales, so the kernel checks them on every call, in or out of that mode."""
+    case = Case(128, 256, "block", seed=11)
+    _, packed, stored, _ = build(case)
+    if rare:
+        stored.view(torch.int16)[0, 5] = 0x7FC1
+    expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
+    with torch.inference_mode():
+        packed, stored = packed.clone(), stored.clone()
+    assert stored.is_inference() and unpack.tensor_version(stored) is None
+    assert unpack._scales_are_ordinary(stored) is None
+    for _ in range(2):
+        got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k)
+        assert torch.equal(bits(got), bits(expected))
+    with torch.inference_mode():
+        got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k)
+    assert torch.equal(bits(got), bits(expected))

@@ -103,27 +103,33 @@ class _JobRef:
 @dataclass(frozen=True)
 class _Source:
     """The tensors a prefetch read, and their versions then: a weight's address alone may be
-    reused by another tensor, and an in-place change keeps it."""
+    reused by another tensor, and an in-place change keeps it. An inference tensor keeps no
+    version (None): for it, being the very tensor read is the whole check, which holds as long
+    as weights change only between passes (a prefetch never crosses one)."""
 
     weight: weakref.ref[torch.Tensor]
-    weight_version: int
+    weight_version: int | None
     scales: weakref.ref[torch.Tensor] | None
-    scales_version: int
+    scales_version: int | None
 
     @classmethod
     def of(cls, job: Job) -> _Source:
+        weight = weakref.ref(job.weight), unpack.tensor_version(job.weight)
         if job.scales is None:
-            return cls(weakref.ref(job.weight), job.weight._version, None, 0)
-        scales = weakref.ref(job.scales)
-        return cls(weakref.ref(job.weight), job.weight._version, scales, job.scales._version)
+            return cls(*weight, None, None)
+        return cls(*weight, weakref.ref(job.scales), unpack.tensor_version(job.scales))
 
     def unchanged_in(self, job: Job) -> bool:
         """Whether ``job`` holds the very tensors read, unchanged as far as their versions see."""
-        if self.weight() is not job.weight or self.weight_version != job.weight._version:
+        if self.weight() is not job.weight:
+            return False
+        if self.weight_version != unpack.tensor_version(job.weight):
             return False
         if job.scales is None or self.scales is None:
             return job.scales is None and self.scales is None
-        return self.scales() is job.scales and self.scales_version == job.scales._version
+        return self.scales() is job.scales and self.scales_version == unpack.tensor_version(
+            job.scales
+        )
 
 
 @dataclass(eq=False)  # slots compare by identity (``in`` on the pending queue)

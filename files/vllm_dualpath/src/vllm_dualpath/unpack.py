@@ -199,11 +199,21 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
 _ordinary: dict[int, tuple[weakref.ref[torch.Tensor], int, bool]] = {}
 
 
+def tensor_version(tensor: torch.Tensor) -> int | None:
+    """The tensor's version counter (it counts in-place changes), or None for an inference
+    tensor, which keeps none (one made under ``torch.inference_mode``)."""
+    return None if tensor.is_inference() else tensor._version
+
+
 def _scales_are_ordinary(scales: torch.Tensor) -> bool | None:
     """True when every stored scale is ordinary (see the kernel), once per weight version;
-    None when unknown (first seen while a CUDA graph is captured: no host sync allowed)."""
+    None when unknown: first seen while a CUDA graph is captured (no host sync allowed), or an
+    inference tensor, whose changes nothing counts (the kernel then checks every call)."""
+    version = tensor_version(scales)
+    if version is None:
+        return None
     known = _ordinary.get(scales.data_ptr())
-    if known is not None and known[0]() is scales and known[1] == scales._version:
+    if known is not None and known[0]() is scales and known[1] == version:
         return known[2]
     if scales.is_cuda and torch.cuda.is_current_stream_capturing():
         return None
@@ -211,7 +221,7 @@ def _scales_are_ordinary(scales: torch.Tensor) -> bool | None:
     exponent = (bits >> 7) & 255
     odd = ((exponent < 130) & ((bits & 0x7FFF) != 0)) | (exponent == 255)
     verdict = not bool(odd.any())
-    _ordinary[scales.data_ptr()] = (weakref.ref(scales), scales._version, verdict)
+    _ordinary[scales.data_ptr()] = (weakref.ref(scales), version, verdict)
     return verdict
 
 
