@@ -82,6 +82,7 @@ def test_without_a_gpu_it_says_so_and_writes_nothing(
         (("--m", "1024,big"), "--m takes comma-separated whole numbers"),
         (("--turns", "0"), "must be positive"),
         (("--window-s", "-1"), "must be positive"),
+        (("--l2-chunk-mib", "0"), "--l2-chunk-mib must be positive"),
     ],
 )
 def test_power_floor_refuses_bad_settings(
