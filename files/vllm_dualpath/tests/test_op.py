@@ -154,3 +154,22 @@ def test_branch_survives_compilation_with_dynamic_m(marlin):
     compiled(torch.randn(1500, 128).to(torch.bfloat16))
     compiled(torch.randn(6, 128).to(torch.bfloat16))
     assert marlin.calls == [5, 6]
+
+
+@pytest.mark.parametrize("inference_first", [True, False])
+@pytest.mark.parametrize("unpack_ahead", ["1", "0"])
+def test_calls_in_and_out_of_inference_mode_share_the_scratch(
+    marlin, inference_first, unpack_ahead
+):
+    """vLLM's forward runs under torch.inference_mode, so its weights and the scratch buffers
+    grown there are inference tensors; calibration and benchmarks call outside that mode."""
+    op.configure(settings.load({"DUALPATH_UNPACK_AHEAD": unpack_ahead}), None)
+    cases = [Case(200, 300, "block"), Case(128, 256, "channel", seed=1)]
+    for inference in (inference_first, not inference_first):
+        for _ in range(2):
+            for case in cases:
+                with torch.inference_mode(inference):
+                    out, expected = _call(case, 1024)
+                assert out.is_inference() == inference
+                _close(out, expected)
+    assert marlin.calls == []
