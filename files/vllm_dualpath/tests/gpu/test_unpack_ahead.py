@@ -33,8 +33,17 @@ def _forward(layers, inputs) -> list[torch.Tensor]:
     ]
 
 
-@pytest.mark.parametrize("depth", [1, 2])
-def test_ahead_gives_the_in_line_bits_on_every_pass(generator, depth) -> None:
+@pytest.mark.parametrize(
+    ("depth", "inference"), [(1, False), (2, False), (1, True)], ids=["1", "2", "1-inference"]
+)
+def test_ahead_gives_the_in_line_bits_on_every_pass(generator, depth, inference) -> None:
+    # inference: weights, activations and scratch made under torch.inference_mode, as vLLM's
+    # forward runs (no version counters)
+    with torch.inference_mode(inference):
+        _ahead_gives_the_in_line_bits(generator, depth)
+
+
+def _ahead_gives_the_in_line_bits(generator, depth) -> None:
     layers = _stack(generator)
     inputs = [
         torch.randn(M, k, device="cuda", generator=generator).to(torch.bfloat16) for _, k in SHAPES
