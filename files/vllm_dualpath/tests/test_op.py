@@ -173,3 +173,46 @@ def test_calls_in_and_out_of_inference_mode_share_the_scratch(
                 assert out.is_inference() == inference
                 _close(out, expected)
     assert marlin.calls == []
+
+
+def test_unpack_ahead_hits_in_a_compiled_module_under_inference_mode(marlin):
+    """As vLLM runs a model: parameters, torch.compile, inference mode. A hit needs the very
+    weight tensors a prefetch read, so the compiled graph must hand the op its parameters."""
+    op.configure(settings.load({"DUALPATH_UNPACK_AHEAD_MIN_M": "1024"}), None)
+    cases = [Case(128, 256, "block"), Case(256, 128, "block", seed=1)]
+
+    class Stack(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = []
+            for index, case in enumerate(cases):
+                _, packed, stored, _ = build(case)
+                self.register_parameter(f"w{index}", torch.nn.Parameter(packed, False))
+                self.register_parameter(f"s{index}", torch.nn.Parameter(stored, False))
+                self.layers.append(case)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for index, case in enumerate(self.layers):
+                x = torch.ops.dualpath.fp8_marlin_linear(
+                    x[:, : case.size_k],
+                    getattr(self, f"w{index}"),
+                    getattr(self, f"s{index}"),
+                    None,
+                    case.size_n,
+                    case.size_k,
+                    None,
+                    True,
+                )
+            return x
+
+    stack = Stack()
+    compiled = torch.compile(stack, backend="aot_eager", dynamic=True, fullgraph=True)
+    x = torch.randn(1024, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    with torch.inference_mode():
+        expected = stack(x)
+        outputs = [compiled(x) for _ in range(3)]
+    for out in outputs:
+        assert torch.equal(out.view(torch.int16), expected.view(torch.int16))
+    stats = ahead.for_device(torch.device("cpu")).stats
+    assert stats.hits >= 3  # the second layer of every pass after the first
+    assert marlin.calls == []
