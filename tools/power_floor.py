@@ -60,7 +60,7 @@ COUNTER_PROBE_S = 0.5
 PATH_COLORS = {
     "bf16": "black",
     UNPACK_ONLY: "tab:brown",
-    FUSED: "tab:purple",
+    FUSED: "tab:pink",
     L2_CHUNKS: "tab:olive",
 }
 # NVML clock-limit reason bits (nvmlClocksEventReason*)
