@@ -124,13 +124,7 @@ def test_weights_made_in_inference_mode_are_prefetched_and_exact():
     assert state.stats.hits == 2
     with state.unpacked(jobs[0]):
         pass  # prefetches jobs[1]
-    with torch.inference_mode():
-        fresh = jobs[1].weight.data  # the same memory, another tensor: not the one read
-        fresh.copy_(fresh.roll(1, dims=1))
-    reloaded = ahead.Job(fresh, jobs[1].scales, jobs[1].size_n, jobs[1].size_k)
-    assert reloaded.key == jobs[1].key
-    with state.unpacked(reloaded) as weight:
-        assert torch.equal(bits(weight), bits(_plain(reloaded)))
+    _reload_over_the_same_memory(state, jobs[1], inference=True)
     assert state.stats.hits == 2
 
 
@@ -142,13 +136,20 @@ def test_a_new_tensor_at_a_prefetched_weights_address_is_unpacked_afresh():
     _forward(state, jobs)
     with state.unpacked(jobs[0]):
         pass  # prefetches jobs[1]
-    fresh = jobs[1].weight.data  # same address, a new tensor with a version counter of its own
-    fresh.copy_(fresh.roll(1, dims=1))
-    reloaded = ahead.Job(fresh, jobs[1].scales, jobs[1].size_n, jobs[1].size_k)
-    assert reloaded.key == jobs[1].key
+    _reload_over_the_same_memory(state, jobs[1])
+    assert state.stats.hits == 0
+
+
+def _reload_over_the_same_memory(state: ahead.UnpackAhead, job: ahead.Job, inference=False):
+    """Write a changed weight through ``.data`` (same address, another tensor, with a version
+    counter of its own unless an inference tensor) and check the call unpacks what it holds."""
+    with torch.inference_mode(inference):
+        fresh = job.weight.data
+        fresh.copy_(fresh.roll(1, dims=1))
+    reloaded = ahead.Job(fresh, job.scales, job.size_n, job.size_k)
+    assert reloaded.key == job.key
     with state.unpacked(reloaded) as weight:
         assert torch.equal(bits(weight), bits(_plain(reloaded)))
-    assert state.stats.hits == 0
 
 
 def _op_call(layer, m: int) -> tuple[torch.Tensor, torch.Tensor]:
