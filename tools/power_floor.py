@@ -38,9 +38,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import fused_gemm_bench
 import result_cli
 import torch
 from vllm_dualpath import bench_model, model_report, settings, timing, unpack
@@ -67,6 +67,7 @@ PATH_COLORS = {
 REASONS = {"power_cap": 0x4, "hw_slowdown": 0x8 | 0x80, "thermal": 0x20 | 0x40}
 
 Pass = Callable[[], object]
+Linear = fused_gemm_bench.Linear
 
 
 def _nvml() -> Any:
@@ -211,13 +212,6 @@ def summarize(windows: list[dict[str, float]]) -> dict[str, float]:
     return row
 
 
-def fused_module() -> ModuleType:
-    """The warp-specialized GEMM (Gluon, Hopper only): imported only when asked for."""
-    import warp_specialized_gemm
-
-    return warp_specialized_gemm
-
-
 Chunk = tuple[int, int, torch.Tensor, torch.Tensor]  # first, end channel, Marlin words, scales
 
 
@@ -254,11 +248,39 @@ def chunked_linear(
     return out_t.t()
 
 
-def check_accuracy(stack: list, g: torch.Generator, kernels: dict[str, Any]) -> list[dict]:
+def extra_kernels(stack: list, fused: bool, chunk_mib: float | None) -> dict[str, Linear]:
+    """The paths asked for beside the op's, each a Linear over the stack's Marlin weights; the
+    slices of ``--l2-chunk-mib`` are cut once, here, for every M."""
+    kernels: dict[str, Linear] = {}
+    if fused:
+        import warp_specialized_gemm  # Gluon, Hopper only: imported only when asked for
+
+        kernels[FUSED] = warp_specialized_gemm.warp_specialized_linear
+    if chunk_mib is not None:
+        slices = {
+            w.marlin.qweight.data_ptr(): split_weight(
+                w.marlin.qweight, w.marlin.scales, s.n, chunk_channels(s.k, chunk_mib)
+            )
+            for s, w in stack
+        }
+        buffer = torch.empty(
+            max(chunk_channels(s.k, chunk_mib) * s.k for s, _ in stack),
+            dtype=torch.bfloat16,
+            device="cuda",
+        )
+
+        def l2_chunks(
+            x: torch.Tensor, packed: torch.Tensor, _scales: torch.Tensor, n: int, _k: int
+        ) -> torch.Tensor:
+            return chunked_linear(x, slices[packed.data_ptr()], n, buffer)
+
+        kernels[L2_CHUNKS] = l2_chunks
+    return kernels
+
+
+def check_accuracy(stack: list, g: torch.Generator, kernels: dict[str, Linear]) -> list[dict]:
     """Each kernel against FP32 on each layer shape, as the fused probes check theirs (exits
     non-zero when one is off)."""
-    import fused_gemm_bench
-
     probe = fused_gemm_bench.Probe(tool=TOOL, kernels=kernels, configs=[])
     return fused_gemm_bench.check_accuracy(probe, stack, g)
 
@@ -270,8 +292,7 @@ def measure_m(
     window_s: float,
     turns: int,
     g: torch.Generator,
-    fused: bool = False,
-    chunk_mib: float | None = None,
+    kernels: dict[str, Linear],
 ) -> dict[str, Any]:
     base = replace(configure_overlay(None), small_m_max=0, large_m_min=m, unpack_ahead_min_m=m)
     inputs = [torch.randn(m, s.k, device="cuda", generator=g).to(torch.bfloat16) for s, _ in stack]
@@ -286,35 +307,13 @@ def measure_m(
         ]
 
     runs: dict[str, Pass] = {name: every[name] for name in OP_PATHS} | {UNPACK_ONLY: unpack_only}
-    if fused:
-        linear = fused_module().warp_specialized_linear
-        layers = list(zip(stack, inputs, strict=True))
+    layers = list(zip(stack, inputs, strict=True))
+    for name, linear in kernels.items():
 
-        def fused_pass() -> list[torch.Tensor]:
+        def through(linear: Linear = linear) -> list[torch.Tensor]:
             return [linear(x, w.marlin.qweight, w.marlin.scales, s.n, s.k) for (s, w), x in layers]
 
-        runs[FUSED] = fused_pass
-    if chunk_mib is not None:
-        sliced = [
-            (
-                s,
-                x,
-                split_weight(
-                    w.marlin.qweight, w.marlin.scales, s.n, chunk_channels(s.k, chunk_mib)
-                ),
-            )
-            for (s, w), x in zip(stack, inputs, strict=True)
-        ]
-        slice_buffer = torch.empty(
-            max(chunk_channels(s.k, chunk_mib) * s.k for s, _ in stack),
-            dtype=torch.bfloat16,
-            device="cuda",
-        )
-
-        def l2_chunk_pass() -> list[torch.Tensor]:
-            return [chunked_linear(x, chunks, s.n, slice_buffer) for s, x, chunks in sliced]
-
-        runs[L2_CHUNKS] = l2_chunk_pass
+        runs[name] = through
     for run in runs.values():
         for _ in range(bench_model.WARMUP_PASSES):
             run()
@@ -341,21 +340,14 @@ def run(
     g = torch.Generator(device="cuda")
     g.manual_seed(1)
     stack = bench_model.build_stack(4, g)
-    kernels: dict[str, Any] = {}
-    if fused:
-        kernels[FUSED] = fused_module().warp_specialized_linear
-    if chunk_mib is not None:
-        buffer = torch.empty(max(s.n * s.k for s, _ in stack), dtype=torch.bfloat16, device="cuda")
-        kernels[L2_CHUNKS] = lambda x, q, sc, n, k: chunked_linear(
-            x, split_weight(q, sc, n, chunk_channels(k, chunk_mib)), n, buffer
-        )
+    kernels = extra_kernels(stack, fused, chunk_mib)
     accuracy = check_accuracy(stack, g, kernels) if kernels else None
     idle_w = idle_power_w(gauge)
     limit_w = gauge.limit_w()
     log(f"{torch.cuda.get_device_name()}: power limit {limit_w:.0f} W, idle {idle_w:.0f} W")
     rows = []
     for m in m_values:
-        row = measure_m(gauge, stack, m, window_s, turns, g, fused, chunk_mib)
+        row = measure_m(gauge, stack, m, window_s, turns, g, kernels)
         both = floors(row["paths"], limit_w, idle_w)
         row["floor"] = both["fixed_clock"]
         bf16 = row["paths"]["bf16"]
