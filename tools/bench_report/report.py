@@ -49,10 +49,10 @@ def load_results(results_dir: Path) -> dict[str, ServeResult]:
 def write_report(
     results: Mapping[str, ServeResult], out_dir: Path, title: str, context: Mapping[str, str]
 ) -> Report:
-    rows = build_rows(results)
-    other_rows = build_other_rows(results)
     if not results:
         raise NoResultsError("no result: nothing to report")
+    rows = build_rows(results)
+    other_rows = build_other_rows(results)
     out_dir.mkdir(parents=True, exist_ok=True)
     figure = plot_rows(rows, out_dir / FIGURE_NAME, title)
     markdown = out_dir / MARKDOWN_NAME
