@@ -13,6 +13,7 @@ DEVICE = "rocep1s0f1"
 ADDRESS = "10.0.0.1"
 V4_MAPPED = "0000:0000:0000:0000:0000:ffff:0a00:0001"
 LINK_LOCAL = "fe80:0000:0000:0000:0000:0000:0000:0001"
+FOUND = " ".join(f"{{{{ pair_validate_twin_rdma.{key} }}}}" for key in ("device", "port", "gid"))
 
 
 def sysfs(root: Path, gids: dict[int, tuple[str, str]], port: str = "1") -> None:
@@ -41,7 +42,7 @@ def find_gid(tmp_path: Path) -> tuple[int, str]:
                         REPO / "roles/pair_validate/tasks/twin_gid.yml"
                     )
                 },
-                {"ansible.builtin.debug": {"msg": "FOUND {{ pair_validate_twin_gid.stdout }}"}},
+                {"ansible.builtin.debug": {"msg": f"FOUND {FOUND}"}},
             ],
         }
     ]
