@@ -24,7 +24,7 @@ power). BF16's GEMMs plus the unpacks' dynamic energy, spent at the limit, take
 (E_bf16 + E_unpack) / (P_limit - P_idle) at the least, whatever overlaps what; divided by BF16's
 own time this is the fixed-clock ``floor`` (the idle power stands in for the static power).
 ``floors`` also gives it with the GEMMs' clock lowered to make room. Results:
-docs/perf/power-floor-h200.md.
+docs/perf/power-floor-h200.md, docs/perf/power-floor-h100.md (with both added paths).
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
-"""The power-floor tool without a GPU: the floor arithmetic, and the committed result against its
-doc (docs/perf/power-floor-h200.md). The measurement itself runs only on a CUDA GPU with NVML;
-the command line: tests/tool_commands."""
+"""The power-floor tool without a GPU: the floor arithmetic, and each committed result against
+its doc (docs/perf/power-floor-{h200,h100}.md). The measurement itself runs only on a CUDA GPU
+with NVML; the command line: tests/tool_commands."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -15,8 +17,7 @@ import torch
 
 from tests.conftest import REPO, perf_result
 
-RESULT = perf_result("power_floor")
-DOC = REPO / "docs/perf/power-floor-h200.md"
+RESULTS = (perf_result("power_floor"), REPO / "docs/perf/power-floor-h100.json")
 
 
 @pytest.fixture(scope="module")
@@ -67,21 +68,30 @@ def test_a_bf16_pass_below_the_limit_lowers_the_floor(tool: ModuleType) -> None:
     assert below["scaled_clock"] < at_limit["scaled_clock"]
 
 
-def test_the_committed_result_is_what_its_doc_says(tool: ModuleType) -> None:
-    result = json.loads(RESULT.read_text())
-    doc = DOC.read_text()
+@pytest.mark.parametrize("result_path", RESULTS, ids=lambda path: path.stem)
+def test_the_committed_result_is_what_its_doc_says(tool: ModuleType, result_path: Path) -> None:
+    result = json.loads(result_path.read_text())
+    doc = result_path.with_suffix(".md").read_text()
     assert result["command"].startswith("python3 tools/power_floor.py ")
     limit, idle = result["power_limit_w"], result["idle_power_w"]
     for row in result["rows"]:
         floors = tool.floors(row["paths"], limit, idle)
         assert row["floor"] == pytest.approx(floors["fixed_clock"])
         m = row["m"]
-        line = next(line for line in doc.splitlines() if line.startswith(f"| {m} | 1."))
+        floor_row = re.compile(rf"\| {m} \| 1\.\d{{3}} \|")
+        line = next(line for line in doc.splitlines() if floor_row.match(line))
         assert f"| {floors['fixed_clock']:.3f} | {floors['scaled_clock']:.3f} |" in line, line
         bf16 = row["paths"]["bf16"]
         # the doc's premise: BF16 alone holds the GPU at its power limit
         assert bf16["mean_power_w"] > 0.97 * limit and bf16["power_cap_share"] > 0.9, m
         assert f"| {m} | {bf16['us_per_pass']:.0f} us, {bf16['mean_power_w']:.0f} W" in doc
+        rows = "".join(line for line in doc.splitlines() if line.startswith(f"| {m} | "))
+        for name, path in row["paths"].items():
+            time = path["us_per_pass"] / bf16["us_per_pass"]
+            energy = path["j_per_pass"] / bf16["j_per_pass"]
+            # every path's time and energy / BF16, and its power, in this M's table rows
+            for figure in (f"{time:.3f}x", f"{energy:.3f}x", f"{path['mean_power_w']:.0f} W"):
+                assert name == "bf16" or figure in rows, (m, name, figure)
 
 
 def test_l2_chunk_slices_are_marlin_weights_of_their_channels(tool: ModuleType) -> None:
