@@ -50,9 +50,9 @@ def output_of(result: subprocess.CompletedProcess[str], lines: int = 200) -> str
     return "\n".join(text.splitlines()[-lines:])
 
 
-def perf_result(tool: str) -> Path:
-    """The committed H200 result of ``tools/<tool>.py``."""
-    return REPO / "docs/perf" / (tool.replace("_", "-") + "-h200.json")
+def perf_result(tool: str, gpu: str = "h200") -> Path:
+    """The committed result of ``tools/<tool>.py`` on ``gpu``."""
+    return REPO / "docs/perf" / f"{tool.replace('_', '-')}-{gpu}.json"
 
 
 @pytest.fixture(scope="session")

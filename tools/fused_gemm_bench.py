@@ -9,13 +9,11 @@ Gluon launch builds its TMA descriptors on the host) is in none of them.
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import result_cli
 import torch
@@ -195,7 +193,5 @@ def main(probe: Probe, description: str, argv: Sequence[str] | None = None) -> i
         "per_layer": per_layer_us(probe, stack, g),
         "stack": stack_us(probe, stack, g),
     }
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    if args.png:
-        plot(result, args.png)
+    result_cli.save(args, result, plot)
     return 0

@@ -29,20 +29,20 @@ docs/perf/power-floor-h200.md, docs/perf/power-floor-h100.md (with both added pa
 
 from __future__ import annotations
 
+import argparse
 import itertools
-import json
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import fused_gemm_bench
 import result_cli
 import torch
+import triton
 from vllm_dualpath import bench_model, model_report, settings, timing, unpack
 from vllm_dualpath.bench_paths import configure_overlay, log, require_gpu_and_marlin
 
@@ -70,7 +70,7 @@ Pass = Callable[[], object]
 Linear = fused_gemm_bench.Linear
 
 
-def _nvml() -> Any:
+def load_nvml() -> Any:
     try:
         import pynvml
     except ImportError:
@@ -110,11 +110,14 @@ class Gauge:
 
 
 def idle_power_w(gauge: Gauge) -> float:
+    """The GPU's power while it idles, logged beside its power limit."""
     torch.cuda.synchronize()
     time.sleep(0.2)
     before, start = gauge.energy_j(), time.perf_counter()
     time.sleep(IDLE_S)
-    return (gauge.energy_j() - before) / (time.perf_counter() - start)
+    idle_w = (gauge.energy_j() - before) / (time.perf_counter() - start)
+    log(f"{torch.cuda.get_device_name()}: power limit {gauge.limit_w():.0f} W, idle {idle_w:.0f} W")
+    return idle_w
 
 
 def measure(gauge: Gauge, run: Pass, passes: int) -> dict[str, float]:
@@ -210,6 +213,54 @@ def summarize(windows: list[dict[str, float]]) -> dict[str, float]:
     for key in ("sm_clock_mhz", "temperature_c", *(f"{n}_share" for n in REASONS)):
         row[key] = statistics.median(w[key] for w in windows)
     return row
+
+
+def measure_paths(
+    gauge: Gauge, runs: dict[str, Pass], m: int, window_s: float, turns: int
+) -> dict[str, Any]:
+    """Each run warmed up, then timed in ``turns`` windows of about ``window_s`` seconds, the runs
+    in turns: ``paths`` (each run's summary) and ``windows`` (every window)."""
+    for run in runs.values():
+        for _ in range(bench_model.WARMUP_PASSES):
+            run()
+    counts = {name: passes_for(run, window_s) for name, run in runs.items()}
+    windows: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
+    for turn in range(turns):
+        for name, run in runs.items():
+            windows[name].append(measure(gauge, run, counts[name]))
+        log(f"  M={m} turn {turn + 1}/{turns} done")
+    return {"paths": {name: summarize(w) for name, w in windows.items()}, "windows": windows}
+
+
+def ratios_line(paths: dict[str, dict[str, float]]) -> str:
+    """Each path's time and energy / BF16's and its mean power, for the progress log."""
+    bf16 = paths["bf16"]
+    return "  ".join(
+        f"{name} {p['us_per_pass'] / bf16['us_per_pass']:.3f}x time "
+        f"{p['j_per_pass'] / bf16['j_per_pass']:.3f}x energy {p['mean_power_w']:.0f} W"
+        for name, p in paths.items()
+    )
+
+
+def result_header(
+    tool: str, argv: Sequence[str], gauge: Gauge, idle_w: float, window_s: float, turns: int
+) -> dict[str, Any]:
+    """What each result of a power-limit tool starts with: command, machine, settings."""
+    return {
+        "command": " ".join([f"python3 tools/{tool}.py", *argv]),
+        "device": torch.cuda.get_device_name(),
+        "driver": gauge.nvml.nvmlSystemGetDriverVersion(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "triton": triton.__version__,
+        },
+        "power_limit_w": gauge.limit_w(),
+        "idle_power_w": idle_w,
+        "window_s": window_s,
+        "turns": turns,
+    }
 
 
 Chunk = tuple[int, int, torch.Tensor, torch.Tensor]  # first, end channel, Marlin words, scales
@@ -314,18 +365,10 @@ def measure_m(
             return [linear(x, w.marlin.qweight, w.marlin.scales, s.n, s.k) for (s, w), x in layers]
 
         runs[name] = through
-    for run in runs.values():
-        for _ in range(bench_model.WARMUP_PASSES):
-            run()
-    counts = {name: passes_for(run, window_s) for name, run in runs.items()}
     step_s = counter_step_s(gauge, runs["bf16"])
-    windows: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
-    for turn in range(turns):
-        for name, run in runs.items():
-            windows[name].append(measure(gauge, run, counts[name]))
-        log(f"  M={m} turn {turn + 1}/{turns} done")
-    paths = {name: summarize(w) for name, w in windows.items()}
-    return {"m": m, "energy_counter_step_s": step_s, "paths": paths, "windows": windows}
+    return {"m": m, "energy_counter_step_s": step_s} | measure_paths(
+        gauge, runs, m, window_s, turns
+    )
 
 
 def run(
@@ -336,7 +379,7 @@ def run(
     chunk_mib: float | None,
     argv: Sequence[str],
 ) -> dict:
-    gauge = Gauge(_nvml())
+    gauge = Gauge(load_nvml())
     g = torch.Generator(device="cuda")
     g.manual_seed(1)
     stack = bench_model.build_stack(4, g)
@@ -344,95 +387,113 @@ def run(
     accuracy = check_accuracy(stack, g, kernels) if kernels else None
     idle_w = idle_power_w(gauge)
     limit_w = gauge.limit_w()
-    log(f"{torch.cuda.get_device_name()}: power limit {limit_w:.0f} W, idle {idle_w:.0f} W")
     rows = []
     for m in m_values:
         row = measure_m(gauge, stack, m, window_s, turns, g, kernels)
         both = floors(row["paths"], limit_w, idle_w)
         row["floor"] = both["fixed_clock"]
-        bf16 = row["paths"]["bf16"]
         log(
             f"  M={m}: floor {both['fixed_clock']:.3f}x "
-            f"(clock scaled {both['scaled_clock']:.3f}x)  "
-            + "  ".join(
-                f"{name} {p['us_per_pass'] / bf16['us_per_pass']:.3f}x time "
-                f"{p['j_per_pass'] / bf16['j_per_pass']:.3f}x energy {p['mean_power_w']:.0f} W"
-                for name, p in row["paths"].items()
-            )
+            f"(clock scaled {both['scaled_clock']:.3f}x)  " + ratios_line(row["paths"])
         )
         rows.append(row)
-    return {
-        "command": " ".join([f"python3 tools/{TOOL}.py", *argv]),
-        "device": torch.cuda.get_device_name(),
-        "driver": gauge.nvml.nvmlSystemGetDriverVersion(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-        },
-        "power_limit_w": limit_w,
-        "idle_power_w": idle_w,
-        "window_s": window_s,
-        "turns": turns,
-        "default_ahead_depth": settings.DEFAULT_UNPACK_AHEAD_DEPTH,
-        "rows": rows,
-        "l2_chunk_mib": chunk_mib,
-    } | ({"accuracy": accuracy} if accuracy is not None else {})
+    return (
+        result_header(TOOL, argv, gauge, idle_w, window_s, turns)
+        | {
+            "default_ahead_depth": settings.DEFAULT_UNPACK_AHEAD_DEPTH,
+            "rows": rows,
+            "l2_chunk_mib": chunk_mib,
+        }
+        | ({"accuracy": accuracy} if accuracy is not None else {})
+    )
 
 
-def plot(result: dict, png: str) -> None:
+def plot_figure() -> tuple[Any, Any, Any]:
+    """A figure with a ratio axis (left) and a power axis (right), drawn off-screen."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, (ratio_axis, power_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    return fig, ratio_axis, power_axis
+
+
+def draw_ratios(axis: Any, rows: list[dict], names: Sequence[str], colors: dict[str, str]) -> None:
+    """Each path's time (solid) and energy (dashed) per pass / BF16's, over M."""
+    ms = [row["m"] for row in rows]
+    for name in names:
+        pairs = [(r["paths"][name], r["paths"]["bf16"]) for r in rows]
+        times = [p["us_per_pass"] / b["us_per_pass"] for p, b in pairs]
+        joules = [p["j_per_pass"] / b["j_per_pass"] for p, b in pairs]
+        axis.plot(ms, times, marker="o", color=colors[name], label=f"{name}: time")
+        axis.plot(ms, joules, marker="x", linestyle="--", color=colors[name], label="  energy")
+    model_report.draw_targets(axis, ms)
+    axis.set_title("dense stack: per pass / BF16")
+
+
+def finish_plot(
+    fig: Any, power_axis: Any, result: dict, colors: dict[str, str], title: str, png: str
+) -> None:
+    """The power axis (each path's mean power, the limit and the idle power), M on both axes."""
     rows = result["rows"]
     ms = [row["m"] for row in rows]
-    fig, (ratio_axis, power_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in rows[0]["paths"]:
+        power = [r["paths"][name]["mean_power_w"] for r in rows]
+        power_axis.plot(ms, power, marker="o", color=colors[name], label=name)
+    power_axis.axhline(result["power_limit_w"], color="red", linestyle=":", label="power limit")
+    power_axis.axhline(result["idle_power_w"], color="grey", linestyle=":", label="idle")
+    power_axis.set_title("mean power while the passes ran (W)")
+    for axis in fig.axes:
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(ms, [str(m) for m in ms])
+        axis.set_xlabel("M (tokens)")
+        axis.legend(fontsize=7)
+    fig.suptitle(f"{result['device']}, dense step: {title}")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def plot(result: dict, png: str) -> None:
+    rows = result["rows"]
     names = list(rows[0]["paths"])
-    for name in (n for n in names if n not in ("bf16", UNPACK_ONLY)):
-        color = PATH_COLORS.get(name) or model_report.COLORS.get(name)
-        times = [r["paths"][name]["us_per_pass"] / r["paths"]["bf16"]["us_per_pass"] for r in rows]
-        joules = [r["paths"][name]["j_per_pass"] / r["paths"]["bf16"]["j_per_pass"] for r in rows]
-        ratio_axis.plot(ms, times, marker="o", color=color, label=f"{name}: time")
-        ratio_axis.plot(ms, joules, marker="x", linestyle="--", color=color, label="  energy")
+    colors = {name: PATH_COLORS.get(name) or model_report.COLORS[name] for name in names}
+    fig, ratio_axis, power_axis = plot_figure()
+    draw_ratios(ratio_axis, rows, [n for n in names if n not in ("bf16", UNPACK_ONLY)], colors)
     limits = [floors(r["paths"], result["power_limit_w"], result["idle_power_w"]) for r in rows]
     for kind, style in (("fixed_clock", "-"), ("scaled_clock", "--")):
         ratio_axis.plot(
-            ms,
+            [row["m"] for row in rows],
             [f[kind] for f in limits],
             color="black",
             linestyle=style,
             label=f"floor, {kind.replace('_', ' ')}",
         )
-    model_report.draw_targets(ratio_axis, ms)
-    ratio_axis.set_title("dense stack: per pass / BF16")
-    for name in names:
-        power_axis.plot(
-            ms,
-            [r["paths"][name]["mean_power_w"] for r in rows],
-            marker="o",
-            color=PATH_COLORS.get(name) or model_report.COLORS.get(name),
-            label=name,
-        )
-    power_axis.axhline(result["power_limit_w"], color="red", linestyle=":", label="power limit")
-    power_axis.axhline(result["idle_power_w"], color="grey", linestyle=":", label="idle")
-    power_axis.set_title("mean power while the passes ran (W)")
-    for axis in (ratio_axis, power_axis):
-        axis.set_xscale("log", base=2)
-        axis.set_xticks(ms, [str(m) for m in ms])
-        axis.set_xlabel("M (tokens)")
-        axis.legend(fontsize=7)
-    fig.suptitle(f"{result['device']}, dense step: energy per pass and the power floor")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    finish_plot(fig, power_axis, result, colors, "energy per pass and the power floor", png)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = result_cli.parser(__doc__.split("\n\n")[0])
+def window_parser(description: str) -> argparse.ArgumentParser:
+    """The shared command line with the window settings: --m, --window-s, --turns."""
+    parser = result_cli.parser(description)
     parser.add_argument("--m", default=",".join(map(str, M_VALUES)), help="comma-separated M")
     parser.add_argument("--window-s", type=float, default=3.0, help="seconds per window")
     parser.add_argument("--turns", type=int, default=3, help="windows per path")
+    return parser
+
+
+def m_values_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
+    """--m as numbers, once every window setting is checked (the parser exits on a bad one)."""
+    try:
+        m_values = [int(m) for m in args.m.split(",")]
+    except ValueError:
+        parser.error(f"--m takes comma-separated whole numbers, got {args.m!r}")
+    if min(m_values) < 1 or args.window_s <= 0 or args.turns < 1:
+        parser.error("--m values, --window-s and --turns must be positive")
+    return m_values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = window_parser(__doc__.split("\n\n")[0])
     parser.add_argument(
         "--fused",
         action="store_true",
@@ -446,20 +507,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if result_cli.replotted(parser, args, plot):
         return 0
-    try:
-        m_values = [int(m) for m in args.m.split(",")]
-    except ValueError:
-        parser.error(f"--m takes comma-separated whole numbers, got {args.m!r}")
-    if min(m_values) < 1 or args.window_s <= 0 or args.turns < 1:
-        parser.error("--m values, --window-s and --turns must be positive")
+    m_values = m_values_of(parser, args)
     if args.l2_chunk_mib is not None and args.l2_chunk_mib <= 0:
         parser.error("--l2-chunk-mib must be positive")
     require_gpu_and_marlin(None, TOOL)
     arguments = list(sys.argv[1:] if argv is None else argv)
     result = run(m_values, args.window_s, args.turns, args.fused, args.l2_chunk_mib, arguments)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    if args.png:
-        plot(result, args.png)
+    result_cli.save(args, result, plot)
     return 0
 
 

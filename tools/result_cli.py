@@ -31,3 +31,10 @@ def replotted(
     if not args.out:
         parser.error("--out is required (or --replot JSON --png PNG)")
     return False
+
+
+def save(args: argparse.Namespace, result: dict, plot: Callable[[Any, str], None]) -> None:
+    """The result into ``--out``, and its plot into ``--png`` when asked for."""
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    if args.png:
+        plot(result, args.png)

@@ -17,7 +17,7 @@ import torch
 
 from tests.conftest import REPO, perf_result
 
-RESULTS = (perf_result("power_floor"), REPO / "docs/perf/power-floor-h100.json")
+RESULTS = (perf_result("power_floor"), perf_result("power_floor", "h100"))
 
 
 @pytest.fixture(scope="module")
