@@ -96,10 +96,10 @@ def _split_rows_kernel(  # type: ignore[no-untyped-def]
     x_ptr, hi_ptr, lo_ptr, inverse_ptr, k, ROW: tl.constexpr, TOP: tl.constexpr
 ):
     """Row r of x (BF16) as (hi + lo) x inverse[r], hi and lo e4m3 bytes. The row is scaled by
-    a power of two that puts its largest element in [2**TOP, 2**(TOP + 1)); an element's 8
-    significant bits are then hi (the nearest e4m3) plus lo (the rest, at most 4 bits), exactly,
-    down to 2**-9 of the largest (TOP = 7); smaller ones lose the bits below e4m3's 2**-9 (an
-    error under 2**-10 x inverse[r])."""
+    a power of two that puts its largest element (a normal BF16) in [2**TOP, 2**(TOP + 1)); an
+    element's 8 significant bits are then hi (the nearest e4m3) plus lo (the rest, at most 4
+    bits), exactly, down to 2**-9 of the largest (TOP = 7); smaller ones lose the bits below
+    e4m3's 2**-9 (an error under 2**-10 x inverse[r])."""
     row = tl.program_id(0).to(tl.int64)
     columns = tl.arange(0, ROW)
     inside = columns < k
