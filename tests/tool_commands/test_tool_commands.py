@@ -81,17 +81,19 @@ def test_without_a_gpu_it_says_so_and_writes_nothing(
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("name", "args", "message"),
     [
-        (("--m", "1024,big"), "--m takes comma-separated whole numbers"),
-        (("--turns", "0"), "must be positive"),
-        (("--window-s", "-1"), "must be positive"),
-        (("--l2-chunk-mib", "0"), "--l2-chunk-mib must be positive"),
+        ("power_floor", ("--m", "1024,big"), "--m takes comma-separated whole numbers"),
+        ("power_floor", ("--turns", "0"), "must be positive"),
+        ("power_floor", ("--window-s", "-1"), "must be positive"),
+        ("power_floor", ("--l2-chunk-mib", "0"), "--l2-chunk-mib must be positive"),
+        ("fp8_split_gemm", ("--m", "1024,big"), "--m takes comma-separated whole numbers"),
+        ("fp8_split_gemm", ("--turns", "0"), "must be positive"),
     ],
 )
-def test_power_floor_refuses_bad_settings(
-    monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], message: str
+def test_power_limit_tools_refuse_bad_settings(
+    monkeypatch: pytest.MonkeyPatch, name: str, args: tuple[str, ...], message: str
 ) -> None:
-    code, output = command_of(monkeypatch, "power_floor")("--out", "result.json", *args)
+    code, output = command_of(monkeypatch, name)("--out", "result.json", *args)
     assert code == 2
     assert message in output
