@@ -29,8 +29,7 @@ path is off). Result: docs/perf/fp8-split-gemm-h100.md.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import power_floor
@@ -38,23 +37,22 @@ import result_cli
 import torch
 import triton
 import triton.language as tl
-from vllm_dualpath import bench_model, unpack
-from vllm_dualpath.bench import SHAPES
-from vllm_dualpath.bench_paths import log, require_gpu_and_marlin
-from vllm_dualpath.marlin_reference import (
-    MarlinFp8Layer,
-    dequantize_fp8,
-    prepare_fp8_for_marlin,
-    random_fp8_weight,
-    random_scales,
+from dense_stack import (
+    ACCURACY_M,
+    BLOCK,
+    MAX_ERROR_VS_CUBLAS,
+    Fp8Weight,
+    Linear,
+    activations,
+    baseline_paths,
+    measure_m,
+    one_of_each_shape,
+    random_stack,
 )
+from vllm_dualpath.bench_paths import log, require_gpu_and_marlin
 
 TOOL = "fp8_split_gemm"
-BLOCK = 128  # the weight's scale blocks, and the K step of both passes
 ROW_TOP_EXPONENT = 7  # a row's largest element is scaled into [2**7, 2**8), under e4m3's 448
-ACCURACY_M = (1000, 1024)
-OUTLIER_CHANNELS = 7  # activation channels made 300x larger, as real hidden states have
-MAX_ERROR_VS_CUBLAS = 1.5
 REFERENCES = ("fp8_split_cublas", "w8a8_cublas")
 COLORS = {
     "bf16": "black",
@@ -194,41 +192,6 @@ def split(x: torch.Tensor) -> SplitRows:
     return hi, lo, inverse
 
 
-@dataclass(frozen=True)
-class Fp8Weight:
-    """One dense layer: the FP8 weight [N, K], its 128x128 block scales (fp32 holding the BF16
-    values the Marlin scales hold), the dequantized BF16 weight and the Marlin repack of both."""
-
-    fp8: torch.Tensor
-    block_scales: torch.Tensor
-    dense: torch.Tensor
-    marlin: MarlinFp8Layer
-
-    @property
-    def n(self) -> int:
-        return int(self.fp8.shape[0])
-
-    @property
-    def k(self) -> int:
-        return int(self.fp8.shape[1])
-
-    @classmethod
-    def random(cls, n: int, k: int, g: torch.Generator) -> Fp8Weight:
-        fp8 = random_fp8_weight(n, k, "cuda", g)
-        scales = random_scales(n, k, (BLOCK, BLOCK), "cuda", g)
-        return cls(
-            fp8,
-            scales.to(torch.bfloat16).float(),
-            dequantize_fp8(fp8, scales, (BLOCK, BLOCK)),
-            prepare_fp8_for_marlin(fp8, scales, (BLOCK, BLOCK)),
-        )
-
-    def unrounded(self) -> torch.Tensor:
-        """FP8 x block scale in fp32, before the BF16 rounding of ``dense``."""
-        per_element = self.block_scales.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)
-        return self.fp8.float() * per_element[: self.n, : self.k]
-
-
 def split_linear(x: torch.Tensor, weight: Fp8Weight) -> torch.Tensor:
     """x @ W^T through ``_split_rows_kernel`` and ``_split_gemm_kernel``."""
     if weight.n % BLOCK or weight.k % BLOCK:
@@ -275,37 +238,12 @@ def cublas_w8a8(x: torch.Tensor, weight: Fp8Weight) -> torch.Tensor:
     return torch._scaled_mm(hi, weight.fp8.t(), inverse[:, None], ones, out_dtype=torch.bfloat16)
 
 
-Linear = Callable[[torch.Tensor, Fp8Weight], torch.Tensor]
-
-
-def unpack_linear(buffer: torch.Tensor) -> Linear:
-    def linear(x: torch.Tensor, weight: Fp8Weight) -> torch.Tensor:
-        layer = weight.marlin
-        dense = unpack.unpack_weight(layer.qweight, layer.scales, weight.n, weight.k, out=buffer)
-        return torch.nn.functional.linear(x, dense)
-
-    return linear
-
-
-def bf16_linear(x: torch.Tensor, weight: Fp8Weight) -> torch.Tensor:
-    return torch.nn.functional.linear(x, weight.dense)
-
-
 def paths(stack: list[Fp8Weight]) -> dict[str, Linear]:
-    buffer = torch.empty(max(w.n * w.k for w in stack), dtype=torch.bfloat16, device="cuda")
-    return {
-        "bf16": bf16_linear,
-        "unpack_cublas": unpack_linear(buffer),
+    return baseline_paths(stack) | {
         "fp8_split": split_linear,
         "fp8_split_cublas": cublas_split,
         "w8a8_cublas": cublas_w8a8,
     }
-
-
-def activations(m: int, k: int, g: torch.Generator) -> torch.Tensor:
-    x = torch.randn(m, k, device="cuda", generator=g)
-    x[:, :OUTLIER_CHANNELS] *= 300.0
-    return x.to(torch.bfloat16)
 
 
 def check_accuracy(stack: list[Fp8Weight], kernels: dict[str, Linear], g: torch.Generator) -> list:
@@ -314,7 +252,7 @@ def check_accuracy(stack: list[Fp8Weight], kernels: dict[str, Linear], g: torch.
     as a share of the largest output. Exits non-zero when the split path's error against the
     unrounded weight is over MAX_ERROR_VS_CUBLAS x cuBLAS's against its own."""
     rows = []
-    for weight in stack[: len(bench_model.LAYER_SHAPES)]:
+    for weight in one_of_each_shape(stack):
         for m in ACCURACY_M:
             x = activations(m, weight.k, g)
             rounded = x.float() @ weight.dense.float().t()
@@ -334,28 +272,8 @@ def check_accuracy(stack: list[Fp8Weight], kernels: dict[str, Linear], g: torch.
     return rows
 
 
-def measure_m(
-    gauge: power_floor.Gauge,
-    stack: list[Fp8Weight],
-    kernels: dict[str, Linear],
-    m: int,
-    window_s: float,
-    turns: int,
-    g: torch.Generator,
-) -> dict[str, Any]:
-    inputs = [activations(m, w.k, g) for w in stack]
-    layers = list(zip(inputs, stack, strict=True))
-    runs: dict[str, power_floor.Pass] = {}
-    for name, linear in kernels.items():
-
-        def through(linear: Linear = linear) -> list[torch.Tensor]:
-            return [linear(x, w) for x, w in layers]
-
-        runs[name] = through
-    runs["split_only"] = lambda: [split(x) for x in inputs]
-    row = {"m": m} | power_floor.measure_paths(gauge, runs, m, window_s, turns)
-    log(f"  M={m}: " + power_floor.ratios_line(row["paths"]))
-    return row
+def split_passes(inputs: list[torch.Tensor]) -> dict[str, power_floor.Pass]:
+    return {"split_only": lambda: [split(x) for x in inputs]}
 
 
 def run(m_values: Sequence[int], window_s: float, turns: int, argv: Sequence[str]) -> dict:
@@ -365,13 +283,11 @@ def run(m_values: Sequence[int], window_s: float, turns: int, argv: Sequence[str
     gauge = power_floor.Gauge(power_floor.load_nvml())
     g = torch.Generator(device="cuda")
     g.manual_seed(1)
-    by_name = {s.name: s for s in SHAPES}
-    shapes = [by_name[name] for name in bench_model.LAYER_SHAPES] * 4
-    stack = [Fp8Weight.random(s.n, s.k, g) for s in shapes]
+    stack = random_stack(g)
     kernels = paths(stack)
     accuracy = check_accuracy(stack, kernels, g)
     idle_w = power_floor.idle_power_w(gauge)
-    rows = [measure_m(gauge, stack, kernels, m, window_s, turns, g) for m in m_values]
+    rows = [measure_m(gauge, stack, kernels, m, window_s, turns, g, split_passes) for m in m_values]
     header = power_floor.result_header(TOOL, argv, gauge, idle_w, window_s, turns)
     return header | {"tile": TILE, "accuracy": accuracy, "rows": rows}
 

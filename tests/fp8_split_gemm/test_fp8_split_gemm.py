@@ -7,13 +7,12 @@ tests/tool_commands."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from typing import Any
 
 import pytest
 
-from tests.conftest import output_of, perf_result, run_tool
+from tests.conftest import assert_doc_has_every_path, output_of, perf_result, run_tool
 
 RESULT = perf_result("fp8_split_gemm", "h100")
 
@@ -152,17 +151,4 @@ def test_the_committed_result_passed_its_accuracy_check() -> None:
 
 
 def test_the_committed_result_is_what_its_doc_says() -> None:
-    result = json.loads(RESULT.read_text())
-    lines = RESULT.with_suffix(".md").read_text().splitlines()
-    for row in result["rows"]:
-        m, paths = row["m"], row["paths"]
-        bf16 = paths["bf16"]
-        (line,) = [line for line in lines if line.startswith(f"| {m} | ")]
-        assert line.startswith(f"| {m} | {bf16['us_per_pass']:.0f} us, "), line
-        for name, path in paths.items():
-            if name == "bf16":
-                continue
-            time = path["us_per_pass"] / bf16["us_per_pass"]
-            energy = path["j_per_pass"] / bf16["j_per_pass"]
-            cell = rf"\| {time:.3f}x, {energy:.3f}x, {path['mean_power_w']:.0f} W "
-            assert re.search(cell, line), (m, name, cell)
+    assert_doc_has_every_path(RESULT)

@@ -14,9 +14,15 @@ from matplotlib.image import imread
 
 from tests.conftest import REPO, output_of, perf_result, run_tool
 
-TOOLS = ("register_a_gemm", "warp_specialized_gemm", "power_floor", "fp8_split_gemm")
+TOOLS = (
+    "register_a_gemm",
+    "warp_specialized_gemm",
+    "power_floor",
+    "fp8_split_gemm",
+    "mixed_input_gemm",
+)
 # the GPU each tool's committed result ran on, where it is not the H200
-RESULT_GPU = {"fp8_split_gemm": "h100"}
+RESULT_GPU = {"fp8_split_gemm": "h100", "mixed_input_gemm": "h100"}
 
 Command = Callable[..., tuple[int, str]]
 
@@ -89,6 +95,7 @@ def test_without_a_gpu_it_says_so_and_writes_nothing(
         ("power_floor", ("--l2-chunk-mib", "0"), "--l2-chunk-mib must be positive"),
         ("fp8_split_gemm", ("--m", "1024,big"), "--m takes comma-separated whole numbers"),
         ("fp8_split_gemm", ("--turns", "0"), "must be positive"),
+        ("mixed_input_gemm", ("--window-s", "0"), "must be positive"),
     ],
 )
 def test_power_limit_tools_refuse_bad_settings(

@@ -1,0 +1,74 @@
+"""The CUTLASS mixed-input measurement without a GPU: its build's refusals and the committed result
+against its doc (docs/perf/mixed-input-gemm-h100.md). The build needs nvcc and the kernels a Hopper
+GPU; the tool's command line: tests/tool_commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+from tests.conftest import assert_doc_has_every_path, output_of, perf_result, run_tool
+
+RESULT = perf_result("mixed_input_gemm", "h100")
+
+
+def build(out: Path, *args: str, path: str | None = None) -> tuple[int, str]:
+    command = (sys.executable, "tools/mixed_input/build.py", "--out", str(out / "build"), *args)
+    if path is None:
+        result = run_tool(*command, timeout=60)
+    else:
+        result = run_tool("/usr/bin/env", f"PATH={path}", *command, timeout=60)
+    return result.returncode, output_of(result)
+
+
+def wheel_with(folder: Path, name: str, member: str) -> Path:
+    wheel = folder / name
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(member, "")
+    return wheel
+
+
+def test_the_build_needs_the_arch_specific_target(tmp_path: Path) -> None:
+    code, output = build(tmp_path, "--cutlass-wheel", "any.whl", "--arch", "90")
+    assert code == 2
+    assert "--arch needs the arch-specific suffix 'a'" in output
+
+
+def test_the_build_names_a_missing_wheel(tmp_path: Path) -> None:
+    code, output = build(tmp_path, "--cutlass-wheel", "missing/nvidia_cutlass.whl")
+    assert code == 1
+    assert "missing/nvidia_cutlass.whl: no such file (pip download nvidia-cutlass" in output
+
+
+def test_the_build_refuses_a_wheel_without_cutlass_headers(tmp_path: Path) -> None:
+    wheel = wheel_with(tmp_path, "other-1.0-py3-none-any.whl", "other/__init__.py")
+    code, output = build(tmp_path, "--cutlass-wheel", str(wheel))
+    assert code == 1
+    assert "no CUTLASS headers inside (not an nvidia-cutlass wheel?)" in output
+
+
+def test_the_build_says_when_nvcc_is_missing(tmp_path: Path) -> None:
+    header = "cutlass_library/source/include/cutlass/cutlass.h"
+    wheel = wheel_with(tmp_path, "nvidia_cutlass-4.2.0.0-py3-none-any.whl", header)
+    code, output = build(tmp_path, "--cutlass-wheel", str(wheel), path=str(tmp_path))
+    assert code == 1
+    assert "nvcc not found on PATH" in output
+
+
+def test_the_committed_result_passed_its_accuracy_check() -> None:
+    result = json.loads(RESULT.read_text())
+    assert result["command"].startswith("python3 tools/mixed_input_gemm.py --m ")
+    assert len(result["accuracy"]) == 8
+    paths = result["rows"][0]["paths"]
+    cutlass = [name for name in paths if name.startswith(("convert", "scaled"))]
+    assert len(cutlass) == 5
+    for row in result["accuracy"]:
+        for name in cutlass:
+            assert row[name] <= 1.5 * row["bf16"], (name, row)
+        assert row["unpack_cublas"] == row["bf16"], row  # the same BF16 weight, the same GEMM
+
+
+def test_the_committed_result_is_what_its_doc_says() -> None:
+    assert_doc_has_every_path(RESULT)
