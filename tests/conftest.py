@@ -57,11 +57,12 @@ def perf_result(tool: str, gpu: str = "h200") -> Path:
     return REPO / "docs/perf" / f"{tool.replace('_', '-')}-{gpu}.json"
 
 
-def assert_doc_has_every_path(result_path: Path) -> None:
-    """The committed result's doc (the .md beside it) gives, in its table rows for each M, BF16's
-    time and power per pass and every other path's time and energy / BF16 and its power."""
+def assert_doc_has_every_path(result_path: Path, doc: Path | None = None) -> None:
+    """The committed result's doc (by default the .md beside it) gives, in its table rows for
+    each M, BF16's time and power per pass and every other path's time and energy / BF16 and its
+    power."""
     result = json.loads(result_path.read_text())
-    lines = result_path.with_suffix(".md").read_text().splitlines()
+    lines = (doc or result_path.with_suffix(".md")).read_text().splitlines()
     for row in result["rows"]:
         m, bf16 = row["m"], row["paths"]["bf16"]
         rows = "\n".join(line for line in lines if line.startswith(f"| {m} | "))
