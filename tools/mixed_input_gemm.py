@@ -16,8 +16,8 @@ energy counter read around each, the paths in turns):
 * ``bf16``: F.linear on the dequantized BF16 weight, the baseline;
 * ``unpack_cublas``: the overlay's large-M path, the Marlin words unpacked to BF16, then cuBLAS;
 * ``scaled_<tile>_shuffled``: CUTLASS with each weight element times its block scale in BF16 (the
-  weight cuBLAS multiplies, bit for bit), on the weight reordered so that each thread's values
-  are contiguous (CUTLASS's advice for static weights); ``<tile>``: tokens per CTA tile;
+  weight values cuBLAS multiplies in ``bf16``), on the weight reordered so that each thread's
+  values are contiguous (CUTLASS's advice for static weights); ``<tile>``: tokens per CTA tile;
 * ``convert_<tile>[_shuffled]``: CUTLASS converting only, no scales: the least work any fused
   W8A16 kernel does, a lower bound on its cost rather than a product the overlay could use.
 
@@ -91,8 +91,10 @@ class CutlassLibrary:
             message = self._functions[variant].status_string(status).decode()
             raise RuntimeError(f"{variant}: {what} failed: {message}")
 
-    def prepare_weight(self, variant: str, fp8: torch.Tensor) -> torch.Tensor:
-        """The row-major FP8 weight [N, K] in the layout ``variant`` reads."""
+    def shuffled(self, fp8: torch.Tensor) -> torch.Tensor:
+        """The row-major FP8 weight [N, K] reordered as the shuffled variants read it (one layout
+        for all of them: CUTLASS derives it from the MMA's operand type alone)."""
+        variant = next(name for name, variant in VARIANTS.items() if variant.shuffled)
         n, k = fp8.shape
         out = torch.empty_like(fp8)
         status = self._functions[variant].prepare_weight(fp8.data_ptr(), out.data_ptr(), n, k)
@@ -127,8 +129,9 @@ class CutlassLibrary:
 
 @dataclass(frozen=True)
 class CutlassWeight(Fp8Weight):
-    """An FP8 layer with what CUTLASS reads besides: the weight in each variant's layout, and the
-    block scales as group scales along K ([K / 128, N], BF16: N-major, as CUTLASS takes them)."""
+    """An FP8 layer with what CUTLASS reads besides: the weight as each variant reads it (the
+    row-major FP8 weight itself, or its one shuffled copy), and the block scales as group scales
+    along K ([K / 128, N], BF16: N-major, as CUTLASS takes them)."""
 
     prepared: dict[str, torch.Tensor]
     group_scales: torch.Tensor
@@ -136,12 +139,13 @@ class CutlassWeight(Fp8Weight):
     @classmethod
     def of(cls, weight: Fp8Weight, library: CutlassLibrary) -> CutlassWeight:
         per_row = weight.block_scales.to(torch.bfloat16).repeat_interleave(BLOCK, 0)[: weight.n]
+        layouts = {False: weight.fp8, True: library.shuffled(weight.fp8)}
         return cls(
             weight.fp8,
             weight.block_scales,
             weight.dense,
             weight.marlin,
-            {variant: library.prepare_weight(variant, weight.fp8) for variant in VARIANTS},
+            {name: layouts[variant.shuffled] for name, variant in VARIANTS.items()},
             per_row.t().contiguous(),
         )
 
@@ -168,14 +172,17 @@ def check_accuracy(stack: list[Fp8Weight], kernels: dict[str, Linear], g: torch.
     for layer in dense_stack.one_of_each_shape(stack):
         for m in dense_stack.ACCURACY_M:
             x = dense_stack.activations(m, layer.k, g)
-            scaled = x.float() @ layer.dense.float().t()
-            unscaled = x.float() @ layer.fp8.float().t()
+            # keyed by whether the path applies the scales
+            exact = {
+                True: x.float() @ layer.dense.float().t(),
+                False: x.float() @ layer.fp8.float().t(),
+            }
+            largest = {scaled: product.abs().max().item() for scaled, product in exact.items()}
             row: dict[str, Any] = {"n": layer.n, "k": layer.k, "m": m}
             for name, linear in kernels.items():
-                converting_only = name in VARIANTS and not VARIANTS[name].scaled
-                exact = unscaled if converting_only else scaled
-                error = (linear(x, layer).float() - exact).abs().max().item()
-                row[name] = error / exact.abs().max().item()
+                scaled = name not in VARIANTS or VARIANTS[name].scaled
+                error = (linear(x, layer).float() - exact[scaled]).abs().max().item()
+                row[name] = error / largest[scaled]
             log(f"accuracy {row}")
             bound = dense_stack.MAX_ERROR_VS_CUBLAS * row["bf16"]
             wrong = [variant for variant in VARIANTS if not row[variant] <= bound]
