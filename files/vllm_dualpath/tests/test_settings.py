@@ -14,6 +14,7 @@ def test_defaults_with_an_empty_environment():
     assert current.enabled and not current.strict
     assert current.channel_scale == settings.CHANNEL_SCALE_EPILOGUE
     assert (current.unpack_ahead_min_m, current.unpack_ahead_depth) == (1024, 1)
+    assert (current.stats_dir, current.report_interval_s) == (None, 60)
 
 
 def test_values_are_read(tmp_path):
@@ -30,9 +31,13 @@ def test_values_are_read(tmp_path):
             "DUALPATH_UNPACK_AHEAD": "0",
             "DUALPATH_UNPACK_AHEAD_MIN_M": "4096",
             "DUALPATH_UNPACK_AHEAD_DEPTH": "2",
+            "DUALPATH_STATS_DIR": f" {tmp_path / 'not yet made'} ",
+            "DUALPATH_REPORT_INTERVAL_S": "0",
         }
     )
-    assert current == settings.Settings(False, 32, 256, table, True, "unpack", False, 4096, 2)
+    assert current == settings.Settings(
+        False, 32, 256, table, True, "unpack", False, 4096, 2, tmp_path / "not yet made", 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -50,6 +55,10 @@ def test_values_are_read(tmp_path):
         ("DUALPATH_UNPACK_AHEAD_DEPTH", "0"),
         ("DUALPATH_UNPACK_AHEAD_DEPTH", "4"),
         ("DUALPATH_CALIBRATION_TABLE", "/nonexistent/table.json"),
+        ("DUALPATH_STATS_DIR", "relative/stats"),
+        ("DUALPATH_REPORT_INTERVAL_S", "-1"),
+        ("DUALPATH_REPORT_INTERVAL_S", "0.5"),
+        ("DUALPATH_REPORT_INTERVAL_S", "1m"),
     ],
 )
 def test_invalid_value_is_an_error_naming_the_variable(variable, value):
@@ -67,6 +76,14 @@ def test_an_unpack_ahead_depth_out_of_range_says_what_is_allowed():
         settings.load({"DUALPATH_UNPACK_AHEAD_DEPTH": "4"})
     with pytest.raises(settings.SettingsError, match="not a whole number of layers"):
         settings.load({"DUALPATH_UNPACK_AHEAD_DEPTH": "1.5"})
+
+
+def test_the_call_report_settings_say_what_is_wrong():
+    with pytest.raises(settings.SettingsError, match="must be an absolute path"):
+        settings.load({"DUALPATH_STATS_DIR": "stats"})
+    with pytest.raises(settings.SettingsError, match="not a whole number of seconds"):
+        settings.load({"DUALPATH_REPORT_INTERVAL_S": "0.5"})
+    assert settings.load({"DUALPATH_STATS_DIR": "  "}).stats_dir is None
 
 
 def test_enabled_reads_its_own_variable_only():

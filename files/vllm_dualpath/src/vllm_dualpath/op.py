@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional name
 
-from vllm_dualpath import ahead, layout, scratch, settings, unpack
+from vllm_dualpath import ahead, calls, layout, scratch, settings, unpack
 from vllm_dualpath.calibration import MARLIN, UNPACK, CalibrationTable
 from vllm_dualpath.calibration import load as load_table
 
@@ -46,6 +46,7 @@ def configure(current: settings.Settings, table: CalibrationTable | None) -> Non
     global _settings, _table
     with _state_lock:
         _settings, _table = current, table
+    calls.configure(current.stats_dir, current.report_interval_s)
 
 
 def _current() -> tuple[settings.Settings, CalibrationTable | None]:
@@ -55,6 +56,7 @@ def _current() -> tuple[settings.Settings, CalibrationTable | None]:
             _settings = settings.load()
             if _settings.calibration_table is not None:
                 _table = load_table(_settings.calibration_table)
+            calls.configure(_settings.stats_dir, _settings.report_interval_s)
         return _settings, _table
 
 
@@ -100,6 +102,12 @@ def _call_marlin(
     )
     # The fake implementation promises a fresh contiguous tensor.
     return output.contiguous()
+
+
+def _marlin_counted(m: int, arguments: dict[str, Any]) -> torch.Tensor:
+    output = _call_marlin(**arguments)
+    calls.record(MARLIN, m, arguments["size_n"], arguments["size_k"])
+    return output
 
 
 def _matmul_fp32(x: torch.Tensor, weight_nk: torch.Tensor) -> torch.Tensor:
@@ -193,7 +201,7 @@ def fp8_marlin_linear(
     }
     if choose_path(m, size_n, size_k) == MARLIN or not _unpack_supported(input, weight_scale):
         ahead.served_elsewhere(weight)
-        return _call_marlin(**arguments)
+        return _marlin_counted(m, arguments)
     current, _ = _current()
     x = input.reshape(m, size_k)
     ahead_from = max(current.large_m_min, current.unpack_ahead_min_m)
@@ -208,6 +216,7 @@ def fp8_marlin_linear(
             output = linear_on_unpacked(
                 x, unpacked, weight_scale, size_n, bias, current.channel_scale
             )
+        calls.record(UNPACK, m, size_n, size_k)
         return output.reshape(*input.shape[:-1], size_n)
     ahead.served_elsewhere(weight)
     buffer = scratch.acquire(input.device, size_n * size_k)
@@ -221,7 +230,7 @@ def fp8_marlin_linear(
                 size_n,
                 size_k,
             )
-        return _call_marlin(**arguments)
+        return _marlin_counted(m, arguments)
     output = unpack_linear(
         x,
         weight,
@@ -232,6 +241,7 @@ def fp8_marlin_linear(
         buffer,
         current.channel_scale,
     )
+    calls.record(UNPACK, m, size_n, size_k)
     return output.reshape(*input.shape[:-1], size_n)
 
 

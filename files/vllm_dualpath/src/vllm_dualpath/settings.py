@@ -16,6 +16,8 @@ CHANNEL_SCALE = "DUALPATH_CHANNEL_SCALE"
 UNPACK_AHEAD = "DUALPATH_UNPACK_AHEAD"
 UNPACK_AHEAD_MIN_M = "DUALPATH_UNPACK_AHEAD_MIN_M"
 UNPACK_AHEAD_DEPTH = "DUALPATH_UNPACK_AHEAD_DEPTH"
+STATS_DIR = "DUALPATH_STATS_DIR"
+REPORT_INTERVAL_S = "DUALPATH_REPORT_INTERVAL_S"
 
 DEFAULT_SMALL_M_MAX = 20
 DEFAULT_LARGE_M_MIN = 1024
@@ -31,6 +33,8 @@ DEFAULT_UNPACK_AHEAD_MIN_M = 1024
 # nothing runs between the dense layers, slower in a TP2 step (docs/perf/ahead-depth-h200.md).
 DEFAULT_UNPACK_AHEAD_DEPTH = 1
 MAX_UNPACK_AHEAD_DEPTH = 3
+# How often each process logs its per-path call counts (when they changed); 0: never.
+DEFAULT_REPORT_INTERVAL_S = 60
 
 CHANNEL_SCALE_EPILOGUE = "epilogue"
 CHANNEL_SCALE_UNPACK = "unpack"
@@ -54,6 +58,8 @@ class Settings:
     unpack_ahead: bool = True
     unpack_ahead_min_m: int = DEFAULT_UNPACK_AHEAD_MIN_M
     unpack_ahead_depth: int = DEFAULT_UNPACK_AHEAD_DEPTH
+    stats_dir: Path | None = None
+    report_interval_s: int = DEFAULT_REPORT_INTERVAL_S
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -112,6 +118,11 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     table = Path(table_raw) if table_raw else None
     if table is not None and not table.is_file():
         raise SettingsError(f"{CALIBRATION_TABLE}={table_raw!r} is not a readable file")
+    stats_raw = env.get(STATS_DIR, "").strip()
+    stats_dir = Path(stats_raw) if stats_raw else None
+    # Every vLLM process writes there, each from a working directory of its own.
+    if stats_dir is not None and not stats_dir.is_absolute():
+        raise SettingsError(f"{STATS_DIR}={stats_raw!r} must be an absolute path")
     return Settings(
         enabled=_flag(env, ENABLED, True),
         small_m_max=small,
@@ -127,4 +138,6 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         unpack_ahead=_flag(env, UNPACK_AHEAD, True),
         unpack_ahead_min_m=_count(env, UNPACK_AHEAD_MIN_M, DEFAULT_UNPACK_AHEAD_MIN_M),
         unpack_ahead_depth=depth,
+        stats_dir=stats_dir,
+        report_interval_s=_count(env, REPORT_INTERVAL_S, DEFAULT_REPORT_INTERVAL_S, "seconds"),
     )
