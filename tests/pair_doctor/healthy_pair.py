@@ -109,11 +109,25 @@ def healthy_pair() -> dict[str, dict[str, Any]]:
 
 
 def lab_pair() -> dict[str, dict[str, Any]]:
-    """The lab: no RDMA, no CMA, a stand-in service whose log has no NCCL lines."""
+    """The lab: no RDMA, a kernel without CMA, a stand-in service whose log has no NCCL lines."""
     pair = copy.deepcopy(healthy_pair())
     for observed in pair.values():
         observed["rdma"] = {"present": False, "devices": {}}
-        observed["memory"]["CmaTotal_kb"] = None
+        observed["memory"].update(CmaTotal_kb=None, CmaFree_kb=None)
         for unit in observed["units"].values():
             unit["nccl_log"] = []
+    return pair
+
+
+def running_pair(index: str = "3") -> dict[str, dict[str, Any]]:
+    """The service running, each unit having written the GID index it found at its start to a
+    runtime env file the container reads after the static one (which pins nothing)."""
+    pair = copy.deepcopy(healthy_pair())
+    for rank, observed in enumerate(pair.values()):
+        observed["service_env"]["/etc/dualspark/vllm.env"].pop("NCCL_IB_GID_INDEX")
+        observed["service_runtime_env"] = {
+            f"/run/dualspark/vllm-tp2-rank{rank}.rail.env": {"NCCL_IB_GID_INDEX": index}
+        }
+        for unit in observed["units"].values():
+            unit["active"] = True
     return pair

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.pair_doctor.healthy_pair import healthy_pair, lab_pair
+from tests.pair_doctor.healthy_pair import healthy_pair, lab_pair, running_pair
 from tools.pair_doctor import checks
 from tools.pair_doctor.checks import CHECKS, Expectations, diagnose
 from tools.pair_doctor.findings import Finding, Severity
@@ -52,6 +52,106 @@ def test_gid_pinned_without_rail_gid_is_an_error() -> None:
     found = only_problems(checks.gid_index_drift(pair, EXPECT))
     assert [f.severity for f in found] == [Severity.ERROR]
     assert "no RoCE v2 GID" in found[0].summary
+
+
+def move_rail_gid(node: dict[str, Any], device: str, index: int) -> None:
+    """The GID table rebuilt: the rail address's RoCE v2 GID now sits at `index`."""
+    for port in node["rdma"]["devices"][device]["ports"].values():
+        for gid in port["gids"]:
+            if gid["type"] == "RoCE v2" and gid["gid"].startswith("0000:"):
+                gid["index"] = index
+
+
+def test_running_pair_on_its_start_time_index_is_fine() -> None:
+    found = checks.gid_index_drift(running_pair(), EXPECT)
+    assert severities(found) == {Severity.OK}
+    assert "written to /run/dualspark/vllm-tp2-rank1.rail.env at its start" in found[1].summary
+
+
+def test_gid_moved_after_the_start_is_an_error_naming_the_runtime_file() -> None:
+    pair = running_pair()
+    for device in ("rocep1s0f1", "roceP2p1s0f1"):
+        move_rail_gid(pair["spark-02"], device, 4)  # the reference's peer power cycle: 3 -> 4
+    found = only_problems(checks.gid_index_drift(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-02", Severity.ERROR)]
+    assert "uses NCCL_IB_GID_INDEX=3 (written to /run/dualspark/vllm-tp2-rank1.rail.env" in (
+        found[0].summary
+    )
+    assert "'rocep1s0f1': 4, 'roceP2p1s0f1': 4" in found[0].summary
+    assert "restart the pair in order" in found[0].fix
+
+
+def test_the_runtime_file_overrides_a_stale_static_pin() -> None:
+    pair = running_pair("4")
+    for node in pair.values():
+        for device in ("rocep1s0f1", "roceP2p1s0f1"):
+            move_rail_gid(node, device, 4)
+    pair["spark-01"]["service_env"]["/etc/dualspark/vllm.env"]["NCCL_IB_GID_INDEX"] = "3"
+    found = checks.gid_index_drift(pair, EXPECT)
+    assert only_problems(found) == []
+    assert "NCCL_IB_GID_INDEX=4 (written to /run/dualspark/vllm-tp2-rank0.rail.env" in (
+        found[0].summary
+    )
+
+
+def test_a_runtime_file_without_an_index_falls_back_to_the_static_pin() -> None:
+    pair = running_pair()
+    pair["spark-01"]["service_runtime_env"]["/run/dualspark/vllm-tp2-rank0.rail.env"] = {}
+    pair["spark-01"]["service_env"]["/etc/dualspark/vllm.env"]["NCCL_IB_GID_INDEX"] = "5"
+    found = only_problems(checks.gid_index_drift(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-01", Severity.ERROR)]
+    assert "NCCL_IB_GID_INDEX=5 (pinned in /etc/dualspark/vllm.env)" in found[0].summary
+    assert "playbooks/service.yml" in found[0].fix
+
+
+def test_a_runtime_file_leaving_the_index_to_nccl_is_fine() -> None:
+    pair = running_pair()
+    pair["spark-02"]["service_runtime_env"]["/run/dualspark/vllm-tp2-rank1.rail.env"] = {}
+    found = checks.gid_index_drift(pair, EXPECT)
+    assert only_problems(found) == []
+    assert found[1].summary.startswith("the service leaves the GID index to NCCL")
+
+
+def test_a_stopped_service_rediscovers_at_its_next_start() -> None:
+    pair = running_pair()
+    for unit in pair["spark-02"]["units"].values():
+        unit["active"] = False
+    move_rail_gid(pair["spark-02"], "rocep1s0f1", 4)  # stale runtime file: harmless when stopped
+    found = checks.gid_index_drift(pair, EXPECT)
+    assert only_problems(found) == []
+    assert "its next start writes NCCL_IB_GID_INDEX to /run/dualspark/vllm-tp2-rank1.rail.env" in (
+        found[1].summary
+    )
+
+
+def test_a_stopped_service_whose_next_start_would_fail_is_an_error() -> None:
+    pair = running_pair()
+    for unit in pair["spark-02"]["units"].values():
+        unit["active"] = False
+    for interface in pair["spark-02"]["interfaces"].values():
+        interface["ipv4"] = []
+    found = only_problems(checks.gid_index_drift(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-02", Severity.ERROR)]
+    assert "next start will fail" in found[0].summary
+    assert "playbooks/network.yml" in found[0].fix
+
+
+def test_a_runtime_file_gone_under_a_running_service_is_a_warning() -> None:
+    pair = running_pair()
+    pair["spark-01"]["service_runtime_env"]["/run/dualspark/vllm-tp2-rank0.rail.env"] = None
+    found = only_problems(checks.gid_index_drift(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-01", Severity.WARNING)]
+    assert "/run/dualspark/vllm-tp2-rank0.rail.env" in found[0].summary
+
+
+def test_gid_drift_is_skipped_without_rdma_also_with_a_runtime_file() -> None:
+    pair = running_pair()
+    for observed in pair.values():
+        observed["rdma"] = {"present": False, "devices": {}}
+    found = checks.gid_index_drift(pair, EXPECT)
+    assert [(f.severity, f.summary) for f in found] == [
+        (Severity.SKIPPED, "no RDMA device found")
+    ] * 2
 
 
 def test_mtu_mismatch_between_nodes() -> None:
@@ -120,14 +220,40 @@ def test_nccl_conf_in_image() -> None:
     assert "NCCL_IB_DISABLE=1" in found[0].summary
 
 
-@pytest.mark.parametrize(("cma_kb", "text"), [(0, "CMA is 0 kB"), (None, "no CMA")])
-def test_cma_zero_or_absent_is_an_error_with_rdma(cma_kb: int | None, text: str) -> None:
+@pytest.mark.parametrize(
+    ("total", "free"),
+    [(0, 940_604), (32_768, 9_751_756)],
+    ids=["kho-scratch-uncounted", "kho-scratch-beside-a-cma-area"],
+)
+def test_cma_free_above_total_is_an_error_with_rdma(total: int, free: int) -> None:
     pair = healthy_pair()
-    pair["spark-01"]["memory"]["CmaTotal_kb"] = cma_kb
+    pair["spark-01"]["memory"].update(CmaTotal_kb=total, CmaFree_kb=free)
     found = only_problems(checks.cma(pair, EXPECT))
     assert [(f.host, f.severity) for f in found] == [("spark-01", Severity.ERROR)]
-    assert text in found[0].summary and "ibv_reg_mr" in found[0].summary
-    assert "cma=" in found[0].fix
+    assert f"CmaFree {free} kB is above CmaTotal {total} kB" in found[0].summary
+    assert "ibv_reg_mr" in found[0].summary
+    assert "kho=off" in found[0].fix and "reboot" in found[0].fix
+
+
+@pytest.mark.parametrize(
+    ("total", "free", "text"),
+    [(0, 0, "CMA 0 kB, 0 kB free"), (0, None, "CMA 0 kB"), (None, None, "no CMA")],
+    ids=["kho-off", "no-free-line", "no-cma"],
+)
+def test_cma_of_zero_or_absent_is_healthy(total: int | None, free: int | None, text: str) -> None:
+    pair = healthy_pair()
+    pair["spark-02"]["memory"].update(CmaTotal_kb=total, CmaFree_kb=free)
+    found = checks.cma(pair, EXPECT)
+    assert only_problems(found) == []
+    assert text in next(f.summary for f in found if f.host == "spark-02")
+
+
+def test_cma_free_above_total_without_rdma_is_a_warning() -> None:
+    pair = lab_pair()
+    pair["spark-02"]["memory"].update(CmaTotal_kb=0, CmaFree_kb=940_604)
+    found = only_problems(checks.cma(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-02", Severity.WARNING)]
+    assert "no RDMA device found here" in found[0].summary
 
 
 def test_memlock_flags_missing_from_unit() -> None:
@@ -198,5 +324,5 @@ def test_lab_pair_skips_rdma_checks_and_says_why() -> None:
     assert ("rdma_port_state", "no RDMA device found") in skipped
     assert any(check == "socket_fallback" for check, _ in skipped)
     cma_findings = [f for f in findings if f.check == "cma"]
-    assert severities(cma_findings) == {Severity.WARNING}
+    assert severities(cma_findings) == {Severity.OK}
     assert not [f for f in findings if f.severity is Severity.ERROR]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tools.pair_doctor import collect
+from tests.pair_doctor.healthy_pair import healthy_pair
+from tools.pair_doctor import checks, collect
+from tools.pair_doctor.checks import Expectations
+from tools.pair_doctor.findings import Severity
 
 
 def write(path: Path, text: str) -> None:
@@ -66,6 +69,23 @@ def test_meminfo_reports_cma_zero_and_absent(tmp_path: Path) -> None:
     assert memory["CmaFree_kb"] is None
 
 
+def test_meminfo_of_the_broken_cma_state_is_judged_an_error(tmp_path: Path) -> None:
+    """/proc/meminfo as a Spark with Kexec HandOver on reports it: CmaFree above CmaTotal."""
+    procfs = tmp_path / "proc"
+    write(
+        procfs / "meminfo",
+        "MemTotal:       127598544 kB\nMemFree:        92274688 kB\n"
+        "MemAvailable:   119000000 kB\nCmaTotal:              0 kB\nCmaFree:          940604 kB",
+    )
+    memory = collect.meminfo(procfs)
+    assert (memory["CmaTotal_kb"], memory["CmaFree_kb"]) == (0, 940604)
+    pair = healthy_pair()
+    pair["spark-01"]["memory"] = memory
+    (finding,) = [f for f in checks.cma(pair, Expectations()) if f.host == "spark-01"]
+    assert finding.severity is Severity.ERROR
+    assert "CmaFree 940604 kB is above CmaTotal 0 kB" in finding.summary
+
+
 def test_interfaces_read_mtu_and_state(tmp_path: Path) -> None:
     sysfs, _ = fake_roots(tmp_path)
     seen = collect.interfaces(["enp1s0f1np1", "enP2p1s0f1np1"], sysfs)
@@ -97,3 +117,26 @@ def test_unknown_unit_is_not_loaded() -> None:
 
 def test_image_without_reference() -> None:
     assert collect.image("") == {"ref": "", "present": False}
+
+
+def test_runtime_env_files_are_reported_apart_from_the_static_one(tmp_path: Path) -> None:
+    static, runtime = tmp_path / "etc/vllm.env", tmp_path / "run/vllm-tp2-rank0.rail.env"
+    write(static, "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1\nVLLM_API_KEY=very-secret")
+    write(
+        runtime,
+        "# NCCL_IB_GID_INDEX=4: the RoCE v2 GID of ... (rail_gid_env.py)\nNCCL_IB_GID_INDEX=4",
+    )
+    gone = tmp_path / "run/gone.rail.env"
+    seen = collect.collect(
+        {
+            "sysfs_root": str(tmp_path / "sys"),
+            "proc_root": str(tmp_path / "proc"),
+            "service_env_files": [str(static)],
+            "service_runtime_env_files": [str(runtime), str(gone)],
+        }
+    )
+    assert seen["service_env"] == {str(static): {"NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1"}}
+    assert seen["service_runtime_env"] == {
+        str(runtime): {"NCCL_IB_GID_INDEX": "4"},
+        str(gone): None,
+    }

@@ -115,6 +115,19 @@ def test_ib_write_bw_average() -> None:
     assert result.average_gbits == pytest.approx(92.38)
 
 
+def test_ib_write_bw_repeated_rows_give_the_last() -> None:
+    """A run reporting every interval (as NVIDIA's two-Spark guide shows, peak not measured)."""
+    rows = [
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]",
+        " 65536      927940           0.00               97.28                0.185548",
+        " 65536      927790           0.00               97.27                0.185549",
+        " 65536      927766           0.00               97.29                0.185550",
+    ]
+    result = parse_ib_write_bw(rows)
+    assert result.average_gbits == pytest.approx(97.29)
+    assert result.peak_gbits == 0.0
+
+
 def test_ib_write_bw_in_megabytes_is_refused() -> None:
     text = [line.replace("Gb/sec", "MB/sec") for line in lines("ib_write_bw_sample.txt")]
     with pytest.raises(NoBandwidthRowError, match="report_gbits"):

@@ -27,58 +27,84 @@ class Expectations:
     max_clock_skew_s: float = 0.5
 
 
+GID_KEY = "NCCL_IB_GID_INDEX"
+RESTART_FIX = (
+    "restart the pair in order (stop rank 0's unit, restart rank 1's, then start rank 0's): "
+    "each start writes the index it finds then (rail_gid_env.py)"
+)
+PIN_FIX = (
+    "re-run playbooks/service.yml: it rediscovers the index and restarts the pair in order "
+    "(or drop the pin and let NCCL choose)"
+)
+
+
 def gid_index_drift(observed: Observations, expect: Expectations) -> list[Finding]:
-    """The GID index the service pins must still be the RoCE v2 GID carrying the rail address."""
+    """The GID index the service uses must still be the RoCE v2 GID carrying the rail address.
+
+    The unit writes the index to a runtime env file at each start (rail_gid_env.py), which the
+    container reads after the static env file, so its value wins; without one, the static pin
+    is what the service uses.
+    """
     findings = []
     for host, node in observed.items():
-        pinned = _service_setting(node, "NCCL_IB_GID_INDEX")
         if not node["rdma"]["present"]:
             findings.append(_skip("gid_index_drift", host, "no RDMA device found"))
-            continue
-        current = _rail_gid_indexes(node, expect)
-        if pinned in (None, ""):
-            findings.append(
-                Finding(
-                    "gid_index_drift",
-                    host,
-                    Severity.OK,
-                    f"the service leaves the GID index to NCCL (discovered now: {current})",
-                )
-            )
-        elif not current:
-            findings.append(
-                Finding(
-                    "gid_index_drift",
-                    host,
-                    Severity.ERROR,
-                    f"the service pins NCCL_IB_GID_INDEX={pinned} but no RoCE v2 GID carries a "
-                    "rail IPv4 address now",
-                    "check the rail addresses (playbooks/network.yml), then re-run "
-                    "playbooks/service.yml so the index is discovered again",
-                )
-            )
-        elif {int(pinned)} != set(current.values()):
-            findings.append(
-                Finding(
-                    "gid_index_drift",
-                    host,
-                    Severity.ERROR,
-                    f"the service pins NCCL_IB_GID_INDEX={pinned}; the RoCE v2 GID of the rail "
-                    f"address is now at {current} (the GID table was reshuffled)",
-                    "re-run playbooks/service.yml: it rediscovers the index and restarts the "
-                    "pair in order (or drop the pin and let NCCL choose)",
-                )
-            )
         else:
-            findings.append(
-                Finding(
-                    "gid_index_drift",
-                    host,
-                    Severity.OK,
-                    f"NCCL_IB_GID_INDEX={pinned} is still the rail's RoCE v2 GID {current}",
-                )
-            )
+            findings.append(_gid_finding(host, node, expect))
     return findings
+
+
+def _gid_finding(host: str, node: Mapping[str, Any], expect: Expectations) -> Finding:
+    def finding(severity: Severity, summary: str, fix: str = "") -> Finding:
+        return Finding("gid_index_drift", host, severity, summary, fix)
+
+    current = _rail_gid_indexes(node, expect)
+    runtime: Mapping[str, Mapping[str, str] | None] = node.get("service_runtime_env") or {}
+    written = ", ".join(runtime)
+    if runtime and not any(unit["active"] for unit in node["units"].values()):
+        if not current:
+            return finding(
+                Severity.ERROR,
+                f"the service is stopped and its next start will fail: its unit writes {GID_KEY} "
+                f"to {written} at each start, but no RoCE v2 GID carries a rail IPv4 address now",
+                "check the rail addresses and links (`ip -4 addr`), then run playbooks/network.yml",
+            )
+        return finding(
+            Severity.OK,
+            f"the service is stopped; its next start writes {GID_KEY} to {written} again "
+            f"(discovered now: {current})",
+        )
+    missing = [path for path, settings in runtime.items() if settings is None]
+    if missing:
+        return finding(
+            Severity.WARNING,
+            f"the running service's container read {', '.join(missing)} at its start, which is "
+            f"gone now: which {GID_KEY} it uses cannot be told",
+            RESTART_FIX,
+        )
+    value, source = _effective_setting(node, GID_KEY)
+    if value in (None, "", "-1"):
+        return finding(
+            Severity.OK, f"the service leaves the GID index to NCCL (discovered now: {current})"
+        )
+    at_start = source in runtime
+    uses = f"the service uses {GID_KEY}={value} ({'written to ' if at_start else 'pinned in '}"
+    uses += f"{source}{' at its start' if at_start else ''})"
+    fix = RESTART_FIX if at_start else PIN_FIX
+    if not current:
+        return finding(
+            Severity.ERROR,
+            f"{uses}, but no RoCE v2 GID carries a rail IPv4 address now",
+            "check the rail addresses (`ip -4 addr`, playbooks/network.yml), then " + fix,
+        )
+    if not value.isdigit() or {int(value)} != set(current.values()):
+        return finding(
+            Severity.ERROR,
+            f"{uses}; the RoCE v2 GID of the rail address is now at {current} (the GID table "
+            "was rebuilt since)",
+            fix,
+        )
+    return finding(Severity.OK, f"{uses}: still the rail's RoCE v2 GID {current}")
 
 
 def mtu_mismatch(observed: Observations, expect: Expectations) -> list[Finding]:
@@ -253,27 +279,36 @@ def nccl_conf_in_image(observed: Observations, expect: Expectations) -> list[Fin
 
 
 def cma(observed: Observations, expect: Expectations) -> list[Finding]:
+    """CmaFree above CmaTotal: the broken CMA state behind ibv_reg_mr ENOMEM.
+
+    A CMA of 0 kB is healthy (7.0 kernels reserve none, and kho=off keeps it so). On kernels that
+    enable Kexec HandOver by default, its scratch area becomes CMA pageblocks no CMA area counts:
+    long-term pins must migrate off them and, under memory pressure, fail.
+    """
     findings = []
+    fix = (
+        "boot with the kernel parameter kho=off: install NVIDIA's nvidia-spark-grub-kho package "
+        "(or add kho=off to GRUB_CMDLINE_LINUX_DEFAULT and run update-grub), reboot, then check "
+        "`grep -o kho=off /proc/cmdline` and that CmaFree is not above CmaTotal in /proc/meminfo"
+    )
     for host, node in observed.items():
         total = node["memory"].get("CmaTotal_kb")
-        if total:
-            findings.append(Finding("cma", host, Severity.OK, f"CMA {total} kB"))
+        free = node["memory"].get("CmaFree_kb")
+        if total is None or free is None or free <= total:
+            seen = (
+                "the kernel reports no CMA"
+                if total is None
+                else f"CMA {total} kB" + ("" if free is None else f", {free} kB free")
+            )
+            findings.append(Finding("cma", host, Severity.OK, seen))
             continue
-        seen = "the kernel reports no CMA" if total is None else "CMA is 0 kB"
-        fix = (
-            "boot with a CMA reservation (kernel parameter cma=<size> in GRUB_CMDLINE_LINUX, "
-            "then update-grub and reboot)"
+        seen = (
+            f"CmaFree {free} kB is above CmaTotal {total} kB: Kexec HandOver's scratch pages are "
+            "marked CMA outside any CMA area, and RDMA memory registration (ibv_reg_mr) fails "
+            "with ENOMEM once memory is tight"
         )
         if node["rdma"]["present"]:
-            findings.append(
-                Finding(
-                    "cma",
-                    host,
-                    Severity.ERROR,
-                    f"{seen}: RDMA memory registration fails (ibv_reg_mr ENOMEM)",
-                    fix,
-                )
-            )
+            findings.append(Finding("cma", host, Severity.ERROR, seen, fix))
         else:
             findings.append(
                 Finding(
@@ -448,11 +483,15 @@ def _skip(check: str, host: str, reason: str) -> Finding:
     return Finding(check, host, Severity.SKIPPED, reason)
 
 
-def _service_setting(node: Mapping[str, Any], key: str) -> str | None:
-    for settings in node["service_env"].values():
-        if settings and key in settings:
-            return str(settings[key])
-    return None
+def _effective_setting(node: Mapping[str, Any], key: str) -> tuple[str | None, str | None]:
+    """(value, file) of `key` as the container sees it: runtime env files after the static ones."""
+    value: str | None = None
+    source: str | None = None
+    for files in (node["service_env"], node.get("service_runtime_env") or {}):
+        for path, settings in files.items():
+            if settings and key in settings:
+                value, source = str(settings[key]), path
+    return value, source
 
 
 def _rail_gid_indexes(node: Mapping[str, Any], expect: Expectations) -> dict[str, int]:

@@ -2,7 +2,7 @@
 """Observe one Spark for the doctor, read-only, and print the observations as JSON.
 
 Shipped to the node and run there by playbooks/doctor.yml, so it uses the standard library only.
-Nothing here writes: it reads sysfs, procfs, the service's env file and journal, and asks Docker
+Nothing here writes: it reads sysfs, procfs, the service's env files and journal, and asks Docker
 about the runtime image (a throwaway `--rm` container with no network reads /etc/nccl.conf).
 
     collect.py '{"rail_interfaces": [...], "service_units": [...], ...}'
@@ -173,6 +173,9 @@ def collect(settings: dict[str, Any]) -> dict[str, Any]:
     procfs = Path(settings.get("proc_root", "/proc"))
     observed_clock = clock()  # first, so that both nodes read their clocks close together
     env_files = settings.get("service_env_files", [])
+    # The container's other env files, which the unit writes at each start (rail_gid_env.py):
+    # read after the static ones, so their settings win.
+    runtime_env_files = settings.get("service_runtime_env_files", [])
     return {
         "hostname": socket.gethostname(),
         "clock": observed_clock,
@@ -181,6 +184,7 @@ def collect(settings: dict[str, Any]) -> dict[str, Any]:
         "memory": meminfo(procfs),
         "memlock": memlock(),
         "service_env": {path: env_file(Path(path)) for path in env_files},
+        "service_runtime_env": {path: env_file(Path(path)) for path in runtime_env_files},
         "units": {
             name: unit(name, int(settings.get("service_log_lines", 5000)))
             for name in settings.get("service_units", [])
