@@ -23,7 +23,12 @@ SPARK: dict[str, Any] = {
     "rail_network_master_address": "192.168.100.10",
     "rail_network_socket_ifname": "enp1s0f1np1",
     "rail_network_ib_hca": "rocep1s0f1,roceP2p1s0f1",
-    "rail_network_ib_gid_index": "3",
+    "rail_network_plan": {
+        "twins": [
+            {"interface": "enp1s0f1np1", "address": "192.168.100.10"},
+            {"interface": "enP2p1s0f1np1", "address": "192.168.101.10"},
+        ]
+    },
     "rail_network_rdma_present": True,
     "container_runtime_gpu_enabled": True,
     "container_runtime_env": {"HF_HUB_OFFLINE": "1"},
@@ -35,7 +40,6 @@ SPARK: dict[str, Any] = {
 LAB: dict[str, Any] = {
     **SPARK,
     "rail_network_ib_hca": "",
-    "rail_network_ib_gid_index": "",
     "rail_network_rdma_present": False,
     "container_runtime_gpu_enabled": False,
     "vllm_tp2_service_host_container": "dualspark-lab-spark-a",
@@ -68,7 +72,37 @@ def test_spark_rank0_container_has_rail_gpu_and_rdma_but_no_privileges() -> None
     assert mounts == [
         "type=bind,src=/var/lib/dualspark/models/x/rev,dst=/model,readonly",
         "type=bind,src=/opt/dualspark/overlay/current,dst=/opt/vllm_dualpath,readonly",
+        "type=bind,src=/var/cache/dualspark/jit/triton,dst=/root/.triton",
+        "type=bind,src=/var/cache/dualspark/jit/flashinfer,dst=/root/.cache/flashinfer",
+        "type=bind,src=/var/cache/dualspark/jit/b12x,dst=/root/.cache/b12x",
+        "type=bind,src=/var/cache/dualspark/jit/vllm,dst=/root/.cache/vllm",
+        "type=bind,src=/var/lib/dualspark/overlay-calls/vllm-tp2-rank0,dst=/var/lib/dualpath-calls",
     ]
+    env_files = [args[i + 1] for i, arg in enumerate(args) if arg == "--env-file"]
+    assert env_files == [
+        "/etc/dualspark/vllm-tp2-rank0.env",
+        "/run/dualspark/vllm-tp2-rank0.rail.env",
+    ], "the GID index comes from the file written at start, after the static one"
+
+
+def test_dflash_mounts_the_drafter_and_names_it() -> None:
+    drafter = {
+        **SPARK,
+        "vllm_tp2_service_speculative_method": "dflash",
+        "model_weights_draft_path": "/var/lib/dualspark/models/draft/rev",
+    }
+    args = rank(drafter, 1)["vllm_tp2_service_run_args"]
+    assert "type=bind,src=/var/lib/dualspark/models/draft/rev,dst=/draft,readonly" in args
+    assert json.loads(option(args, "--speculative-config")) == {
+        "method": "dflash",
+        "model": "/draft",
+        "num_speculative_tokens": 7,
+    }
+
+
+def test_no_speculative_config_without_a_method() -> None:
+    args = rank({**SPARK, "vllm_tp2_service_speculative_method": "none"}, 0)
+    assert "--speculative-config" not in args["vllm_tp2_service_run_args"]
 
 
 def test_serve_arguments_carry_the_reference_configuration() -> None:
@@ -81,7 +115,9 @@ def test_serve_arguments_carry_the_reference_configuration() -> None:
     assert option(serve, "--node-rank") == "0"
     assert option(serve, "--master-addr") == "192.168.100.10"
     assert option(serve, "--max-model-len") == "524288"
-    assert option(serve, "--kv-cache-dtype") == "fp8"
+    assert option(serve, "--kv-cache-dtype") == "fp8_ds_mla"
+    assert option(serve, "--linear-backend") == "marlin"
+    assert option(serve, "--shutdown-timeout") == "120"
     assert option(serve, "--gpu-memory-utilization") == "0.85"
     assert option(serve, "--max-num-batched-tokens") == "8192"
     assert json.loads(option(serve, "--speculative-config")) == {
@@ -106,9 +142,10 @@ def test_env_carries_rail_overlay_and_runtime_settings() -> None:
     assert env["VLLM_API_KEY"] == "k" * 32
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1"
     assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
-    assert env["NCCL_IB_GID_INDEX"] == "3"
+    assert "NCCL_IB_GID_INDEX" not in env, "found at every start, not fixed at deploy time"
     assert env["VLLM_HOST_IP"] == "192.168.100.10"
-    assert env["VLLM_TEST_FORCE_FP8_MARLIN"] == "1"
+    assert "VLLM_TEST_FORCE_FP8_MARLIN" not in env, "vLLM 0.33/0.34 do not read it"
+    assert env["DUALPATH_STATS_DIR"] == "/var/lib/dualpath-calls"
     assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT,NET")
     assert env["VLLM_PLUGINS"] == "dualpath"
     assert env["HF_HUB_OFFLINE"] == "1"
@@ -124,7 +161,6 @@ def test_lab_joins_the_host_namespace_and_mounts_through_its_root() -> None:
     assert all(m.startswith("type=bind,src=/var/lib/docker/overlay2/abc/merged/") for m in mounts)
     env = published["vllm_tp2_service_container_env"]
     assert "NCCL_IB_HCA" not in env, "no RDMA device: leave NCCL's HCA choice alone"
-    assert "NCCL_IB_GID_INDEX" not in env, "an empty GID index means NCCL auto"
 
 
 @pytest.mark.parametrize("inventory", [SPARK, LAB], ids=["spark", "lab"])
@@ -140,7 +176,15 @@ def test_unit_exec_start_parses_back_to_the_arguments(
     assert int(unit["TimeoutStartSec"][0]) >= 600, "loads take minutes"
     assert ("ExecStartPost" in unit) == (number == 0)
     stop = systemd_argv(unit["ExecStop"][0])
-    assert stop[1:4] == ["stop", "--time", "120"]
+    assert stop[1:4] == ["stop", "--time", "150"], "longer than the drain, never cutting it"
+    assert int(unit["TimeoutStopSec"][0]) > 150
+    pre = [systemd_argv(line) for line in unit["ExecStartPre"]]
+    (gid,) = [argv for argv in pre if argv[1].endswith("rail_gid_env.py")]
+    addresses = [gid[i + 1] for i, arg in enumerate(gid) if arg == "--address"]
+    assert addresses == [twin["address"] for twin in published["rail_network_plan"]["twins"]], (
+        "every rail address of this node"
+    )
+    assert gid[gid.index("--out") + 1] == f"/run/dualspark/vllm-tp2-rank{number}.rail.env"
 
 
 def test_readiness_wait_keeps_the_key_out_of_the_command_line(tmp_path: Path) -> None:
