@@ -58,13 +58,26 @@ class Staged:
         ]
 
 
+def lay_out(hub: Path, api: dict) -> Staged:
+    """The generated repository under hub/files with the file list the role writes beside it."""
+    revision = api["sha"]
+    file_list = hub.parent / f"{revision}.files.json"
+    document = {"sha": revision, "siblings": sorted(api["siblings"], key=lambda s: s["rfilename"])}
+    file_list.write_text(json.dumps(document, indent=4, sort_keys=True) + "\n", encoding="utf-8")
+    return Staged(hub / "files", file_list, hub.parent / f"{revision}.verified", api)
+
+
 @pytest.fixture
 def staged(tmp_path: Path) -> Staged:
     """Three 64 KiB shards, their index and a config, with the file list the role writes."""
     api = make_checkpoint.generate(tmp_path / "hub", seed=7, shards=3, shard_bytes=64 * 1024)
-    revision = api["sha"]
-    directory = tmp_path / "hub/files"
-    file_list = tmp_path / f"{revision}.files.json"
-    document = {"sha": revision, "siblings": sorted(api["siblings"], key=lambda s: s["rfilename"])}
-    file_list.write_text(json.dumps(document, indent=4, sort_keys=True) + "\n", encoding="utf-8")
-    return Staged(directory, file_list, tmp_path / f"{revision}.verified", api)
+    return lay_out(tmp_path / "hub", api)
+
+
+@pytest.fixture
+def drafter(tmp_path: Path) -> Staged:
+    """A drafter as the DFlash2 repositories lay it out: config.json and one model.safetensors."""
+    api = make_checkpoint.generate(
+        tmp_path / "drafter", seed=7, shards=1, shard_bytes=64 * 1024, single_file=True
+    )
+    return lay_out(tmp_path / "drafter", api)

@@ -4,6 +4,8 @@
 Stand-in for a hub repository where no hub is reachable (the lab, unit tests):
 
     <out>/files/   config.json, model.safetensors.index.json, model-0000K-of-0000N.safetensors
+                   (with --single-file: config.json and model.safetensors, as a DFlash2 drafter
+                   repository has them)
     <out>/api.json what `GET /api/models/<repo>/revision/<sha>?blobs=true` returns for it:
                    `sha` (the revision) and `siblings` with sizes, blob ids and LFS sha256s
 
@@ -43,23 +45,37 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
 
 
-def generate(out: Path, seed: int, shards: int, shard_bytes: int) -> dict[str, Any]:
+def generate(
+    out: Path,
+    seed: int,
+    shards: int,
+    shard_bytes: int,
+    single_file: bool = False,
+    repo_id: str = "stand-in/generated",
+) -> dict[str, Any]:
+    """Write the repository under out/files and the hub's answer for it to out/api.json. With
+    single_file, one model.safetensors of shard_bytes and no index (``shards`` is not used)."""
     rng = random.Random(seed)
     files: dict[str, bytes] = {}
     weight_map: dict[str, str] = {}
     tensor_bytes = shard_bytes // TENSORS_PER_SHARD
-    for shard in range(1, shards + 1):
+    shard_count = 1 if single_file else shards
+    for shard in range(1, shard_count + 1):
         name = f"model-{shard:05d}-of-{shards:05d}.safetensors"
+        if single_file:
+            name = "model.safetensors"
         tensors = {
             f"model.layers.{shard - 1}.w{t}.weight": rng.randbytes(tensor_bytes)
             for t in range(TENSORS_PER_SHARD)
         }
         weight_map.update(dict.fromkeys(tensors, name))
         files[name] = safetensors_bytes(tensors)
-    total = sum(len(b) for b in files.values())
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    files["model.safetensors.index.json"] = json.dumps(index, indent=2).encode()
-    files["config.json"] = json.dumps({"model_type": "stand-in", "seed": seed}).encode()
+    if not single_file:
+        total = sum(len(b) for b in files.values())
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        files["model.safetensors.index.json"] = json.dumps(index, indent=2).encode()
+    model_type = "stand-in-drafter" if single_file else "stand-in"
+    files["config.json"] = json.dumps({"model_type": model_type, "seed": seed}).encode()
 
     siblings = []
     for name, data in sorted(files.items()):
@@ -76,7 +92,7 @@ def generate(out: Path, seed: int, shards: int, shard_bytes: int) -> dict[str, A
             }
         siblings.append(sibling)
     revision = hashlib.sha1(json.dumps(siblings, sort_keys=True).encode()).hexdigest()
-    api = {"id": "stand-in/generated", "sha": revision, "siblings": siblings}
+    api = {"id": repo_id, "sha": revision, "siblings": siblings}
 
     (out / "files").mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
@@ -91,8 +107,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shards", type=int, default=3)
     parser.add_argument("--shard-mib", type=float, default=8.0)
+    parser.add_argument(
+        "--single-file",
+        action="store_true",
+        help="one model.safetensors of --shard-mib and config.json, no index (a drafter)",
+    )
+    parser.add_argument("--repo-id", default="stand-in/generated", help="the answer's `id`")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    api = generate(args.out, args.seed, args.shards, int(args.shard_mib * 1024 * 1024))
+    api = generate(
+        args.out,
+        args.seed,
+        args.shards,
+        int(args.shard_mib * 1024 * 1024),
+        single_file=args.single_file,
+        repo_id=args.repo_id,
+    )
     print(api["sha"])
     return 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
 from tests.conftest import REPO
@@ -30,3 +32,24 @@ def test_other_seeds_give_other_revisions(tmp_path):
     first = make_checkpoint.generate(tmp_path / "a", seed=2, shards=2, shard_bytes=4096)
     second = make_checkpoint.generate(tmp_path / "b", seed=3, shards=2, shard_bytes=4096)
     assert first["sha"] != second["sha"]
+
+
+def test_drafter_seed_1_gives_the_revision_the_scenario_pins(tmp_path):
+    argv = ["--out", str(tmp_path), "--seed", "1", "--single-file", "--shard-mib", "1"]
+    assert make_checkpoint.main([*argv, "--repo-id", "stand-in/drafter"]) == 0
+    api = yaml.safe_load((tmp_path / "api.json").read_text(encoding="utf-8"))
+    scenario = yaml.safe_load(
+        (REPO / "molecule/model_weights/molecule.yml").read_text(encoding="utf-8")
+    )
+    lab_pair = scenario["provisioner"]["inventory"]["group_vars"]["lab_pair"]
+    assert api["sha"] == lab_pair["model_weights_draft_revision"]
+    assert api["id"] == lab_pair["model_weights_draft_repo_id"]
+    # The lab inventory offers the same drafter, commented out.
+    lab = (REPO / "inventory/lab/group_vars/lab_pair/model_weights.yml").read_text(encoding="utf-8")
+    assert re.findall(r"^# model_weights_draft_revision: (\w+)$", lab, re.MULTILINE) == [api["sha"]]
+    # What the reference checks before it starts a DFlash drafter, and nothing else.
+    assert sorted(p.name for p in (tmp_path / "files").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
+    assert api["sha"] != make_checkpoint.generate(tmp_path / "sharded", 1, 3, 1024 * 1024)["sha"]

@@ -244,3 +244,42 @@ def test_malformed_file_list_exits_with_an_error(manifest, staged, capsys):
     staged.file_list.write_text('{"siblings": [{"rfilename": "../x"}]}', encoding="utf-8")
     assert manifest.main(staged.args("check")) == 2
     assert "plain relative path" in json.loads(capsys.readouterr().out)["error"]
+
+
+# What the role passes for a drafter (model_weights_draft_required_files, the reference's check).
+DRAFTER_NEEDS = ("--require", "config.json", "--require", "model.safetensors")
+
+
+def test_drafter_with_its_required_files_seals_and_checks_out(manifest, drafter, capsys):
+    sealed = run(manifest, drafter, "seal", *DRAFTER_NEEDS, capsys=capsys)
+    assert sealed["verified"] and sealed["not_provided"] == []
+    assert run(manifest, drafter, "check", "--deep", *DRAFTER_NEEDS, capsys=capsys)["verified"]
+
+
+def test_revision_without_a_required_file_is_never_verified(manifest, staged, capsys):
+    # A sharded checkpoint has no model.safetensors: complete against its own file list, but not
+    # what a drafter must be, so it is never marked verified as one.
+    result = run(manifest, staged, "seal", *DRAFTER_NEEDS, capsys=capsys)
+    assert not result["verified"] and not result["complete"]
+    assert result["not_provided"] == ["model.safetensors"]
+    assert result["reason"] == "required but not in the repository: model.safetensors"
+    assert not staged.marker.exists()
+    assert run(manifest, staged, "seal", capsys=capsys)["verified"]
+
+
+def test_requiring_a_file_withdraws_a_marker_sealed_without_it(manifest, drafter, capsys):
+    run(manifest, drafter, "seal", capsys=capsys)
+    document = json.loads(drafter.file_list.read_text(encoding="utf-8"))
+    document["siblings"] = [s for s in document["siblings"] if s["rfilename"] == "config.json"]
+    drafter.file_list.write_text(json.dumps(document), encoding="utf-8")
+    (drafter.directory / "model.safetensors").unlink()
+
+    quick = run(manifest, drafter, "check", *DRAFTER_NEEDS, capsys=capsys)
+    assert not quick["verified"] and quick["not_provided"] == ["model.safetensors"]
+    sealed = run(manifest, drafter, "seal", *DRAFTER_NEEDS, capsys=capsys)
+    assert not sealed["verified"] and not drafter.marker.exists()
+
+
+def test_required_name_outside_the_directory_exits_with_an_error(manifest, drafter, capsys):
+    assert manifest.main(drafter.args("check", "--require", "../config.json")) == 2
+    assert "plain relative path" in json.loads(capsys.readouterr().out)["error"]

@@ -6,11 +6,14 @@ The file list is the hub's own answer for the revision (`GET /api/models/<repo>/
 its sha256. A directory is complete when every listed file is there with that size and hash, no
 other file is, and every safetensors index names only shards that are there and whole.
 
-    weights_manifest.py check --dir D --file-list F --marker M [--deep]
+    weights_manifest.py check --dir D --file-list F --marker M [--deep] [--require NAME ...]
         read-only: is D verified? Quick: marker matches the file list and every size matches;
         --deep: every hash is computed again. Prints a JSON report.
-    weights_manifest.py seal --dir D --file-list F --marker M
+    weights_manifest.py seal --dir D --file-list F --marker M [--require NAME ...]
         hashes everything; writes the marker only when all is well, removes it otherwise.
+
+--require names a file the consumer cannot do without (a drafter's config.json and
+model.safetensors): a revision whose file list lacks it is never complete, hence never verified.
 
 Runs on the node with the stdlib only (python3 >= 3.10).
 """
@@ -55,6 +58,7 @@ class Report:
     wrong: list[str] = field(default_factory=list)  # too big or wrong hash: fetch again
     unexpected: list[str] = field(default_factory=list)
     index_problems: list[str] = field(default_factory=list)
+    not_provided: list[str] = field(default_factory=list)  # required, but not in the repository
     marker: str = "absent"  # absent | current | stale
     files: int = 0
     bytes_expected: int = 0
@@ -64,7 +68,12 @@ class Report:
     @property
     def complete(self) -> bool:
         return not (
-            self.missing or self.short or self.wrong or self.unexpected or self.index_problems
+            self.missing
+            or self.short
+            or self.wrong
+            or self.unexpected
+            or self.index_problems
+            or self.not_provided
         )
 
     def as_dict(self, verified: bool) -> dict[str, Any]:
@@ -81,6 +90,7 @@ class Report:
             "wrong": self.wrong,
             "unexpected": self.unexpected,
             "index_problems": self.index_problems,
+            "not_provided": self.not_provided,
         }
 
 
@@ -207,8 +217,17 @@ def index_problems(root: Path, files: Sequence[RepoFile]) -> list[str]:
     return problems
 
 
-def inspect(root: Path, files: Sequence[RepoFile], deep: bool) -> Report:
+def not_provided(files: Sequence[RepoFile], required: Sequence[str]) -> list[str]:
+    """The required files that the revision does not have at all."""
+    listed = {f.path for f in files}
+    return sorted({safe_relative_path(name) for name in required} - listed)
+
+
+def inspect(
+    root: Path, files: Sequence[RepoFile], deep: bool, required: Sequence[str] = ()
+) -> Report:
     report = Report(deep=deep, files=len(files), bytes_expected=sum(f.size for f in files))
+    report.not_provided = not_provided(files, required)
     present = files_on_disk(root) if root.is_dir() else set()
     listed = {f.path for f in files}
     report.unexpected = sorted(present - listed)
@@ -263,24 +282,26 @@ def write_atomically(path: Path, text: str) -> None:
     Path(handle.name).replace(path)
 
 
-def check(root: Path, file_list: Path, marker: Path, deep: bool) -> dict[str, Any]:
+def check(
+    root: Path, file_list: Path, marker: Path, deep: bool, required: Sequence[str] = ()
+) -> dict[str, Any]:
     try:
         raw = file_list.read_bytes()
     except FileNotFoundError:
         return {"verified": False, "complete": False, "marker": "absent", "reason": "no file list"}
     files = load_file_list(json.loads(raw))
-    report = inspect(root, files, deep)
+    report = inspect(root, files, deep, required)
     report.marker = marker_state(marker, file_list_digest(raw))
     result = report.as_dict(verified=report.marker == "current" and report.complete)
     result["reason"] = reason(report)
     return result
 
 
-def seal(root: Path, file_list: Path, marker: Path) -> dict[str, Any]:
+def seal(root: Path, file_list: Path, marker: Path, required: Sequence[str] = ()) -> dict[str, Any]:
     raw = file_list.read_bytes()
     files = load_file_list(json.loads(raw))
     digest = file_list_digest(raw)
-    report = inspect(root, files, deep=True)
+    report = inspect(root, files, deep=True, required=required)
     before = marker_state(marker, digest)
     changed = False
     if report.complete:
@@ -305,6 +326,7 @@ def reason(report: Report) -> str:
         ("wrong size or hash", report.wrong),
         ("not in the repository", report.unexpected),
         ("index or shard incomplete", report.index_problems),
+        ("required but not in the repository", report.not_provided),
     )
     found = [f"{label}: {', '.join(names[:5])}" for label, names in parts if names]
     if found:
@@ -319,6 +341,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--file-list", type=Path, required=True, help="the hub's file list")
     parser.add_argument("--marker", type=Path, required=True, help="written after verification")
     parser.add_argument("--deep", action="store_true", help="check: hash every file again")
+    parser.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a file the revision must have (repeat for more)",
+    )
     return parser.parse_args(argv)
 
 
@@ -326,9 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         if args.action == "check":
-            result = check(args.dir, args.file_list, args.marker, args.deep)
+            result = check(args.dir, args.file_list, args.marker, args.deep, args.require)
         else:
-            result = seal(args.dir, args.file_list, args.marker)
+            result = seal(args.dir, args.file_list, args.marker, args.require)
     except (FileListError, ValueError, OSError) as exc:
         print(json.dumps({"verified": False, "error": str(exc)}))
         return 2
