@@ -17,7 +17,7 @@ ROLE = REPO / "roles/vllm_tp2_service"
 
 
 def configure_task() -> dict[str, Any]:
-    tasks = yaml.safe_load((ROLE / "tasks/configure.yml").read_text(encoding="utf-8"))
+    tasks = yaml.safe_load((ROLE / "tasks/facts.yml").read_text(encoding="utf-8"))
     (task,) = [
         t for t in tasks if "vllm_tp2_service_run_args" in t.get("ansible.builtin.set_fact", {})
     ]
@@ -25,7 +25,7 @@ def configure_task() -> dict[str, Any]:
 
 
 def facts(inventory: dict[str, Any]) -> dict[str, Any]:
-    """The facts configure.yml's set_fact publishes, for role defaults plus `inventory` (role vars
+    """The facts facts.yml's set_fact publishes, for role defaults plus `inventory` (role vars
     win over both, as in Ansible)."""
     defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text(encoding="utf-8"))
     role_vars = yaml.safe_load((ROLE / "vars/main.yml").read_text(encoding="utf-8"))

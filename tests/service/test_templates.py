@@ -232,3 +232,22 @@ def test_systemd_accepts_the_unit(tmp_path: Path, number: int) -> None:
     )
     mine = [line for line in result.stderr.splitlines() if path.name in line]
     assert result.returncode == 0 and not mine, result.stderr
+
+
+def test_the_container_carries_its_record_which_any_change_changes() -> None:
+    base = rank(SPARK, 0)
+    args = base["vllm_tp2_service_run_args"]
+    assert option(args, "--label") == f"dualspark.record={base['vllm_tp2_service_record']}"
+    assert args.index("--label") < args.index(SPARK["vllm_tp2_service_image_ref"])
+    assert rank(SPARK, 0)["vllm_tp2_service_record"] == base["vllm_tp2_service_record"]
+    release = {**SPARK["dualpath_overlay_env"], "DUALPATH_RELEASE": "0.1.0-0123456789ab"}
+    changes = {
+        "setting": {"vllm_tp2_service_max_num_seqs": 5},
+        "release": {"dualpath_overlay_env": release},
+        "image": {"vllm_tp2_service_image_ref": "ghcr.io/example/serving@sha256:" + "b" * 64},
+        "environment": {"vllm_tp2_service_extra_env": {"NCCL_DEBUG": "WARN"}},
+    }
+    for what, change in changes.items():
+        changed = rank({**SPARK, **change}, 0)["vllm_tp2_service_record"]
+        assert changed != base["vllm_tp2_service_record"], what
+    assert rank(SPARK, 1)["vllm_tp2_service_record"] != base["vllm_tp2_service_record"]
