@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,13 @@ class Pair:
             str(self.master_port),
         ]
 
-    def start(self, rank: int, env: dict[str, str] | None = None) -> Rank:
+    def start(
+        self, rank: int, env: dict[str, str] | None = None, serve_args: Sequence[str] = ()
+    ) -> Rank:
+        """Start a rank; SERVE_ARGS go after the pair's own (e.g. --shutdown-timeout 10)."""
         args = self.common(rank)
         args += ["--headless"] if rank else ["--host", "127.0.0.1", "--port", str(self.api_port)]
+        args += serve_args
         log = self.workdir / f"rank{rank}.log"
         self.ranks[rank] = Rank(rank, args, {**self.env, **(env or {})}, log)
         return self.ranks[rank]

@@ -4,7 +4,8 @@
 Every request ends in exactly one of three counts:
 
 * answered: HTTP 200 with a completion (and the expected text, when one is given);
-* refused: the service did not take the request (connection refused, or 503/429 while draining);
+* refused: the service did not take the request (connection refused, 503/429, or, as vLLM
+  answers a request that arrives while it drains, HTTP 200 finished as "abort" with no token);
 * failed: the service took the request and never answered it properly (reset, timeout, error,
   wrong answer). A rolling update must keep this at zero.
 
@@ -132,6 +133,18 @@ def completion_text(payload: bytes) -> str | None:
     return text if isinstance(text, str) and text else None
 
 
+def declined_while_draining(payload: bytes) -> bool:
+    """vLLM's answer to a request that arrives while it drains: finished as 'abort' before any
+    token was generated (a request aborted mid-way has tokens, and is lost, not declined)."""
+    try:
+        document = json.loads(payload)
+        reason = document["choices"][0]["finish_reason"]
+        tokens = document.get("usage", {}).get("completion_tokens", 0)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return False
+    return reason == "abort" and tokens == 0
+
+
 def send_one(call: CompletionCall, timeout_s: float) -> Outcome:
     connection = http.client.HTTPConnection(call.host, call.port, timeout=timeout_s)
     try:
@@ -152,6 +165,8 @@ def send_one(call: CompletionCall, timeout_s: float) -> Outcome:
         return Outcome(REFUSED, f"HTTP {response.status}")
     if response.status != 200:
         return Outcome(FAILED, f"HTTP {response.status}: {payload[:200]!r}")
+    if declined_while_draining(payload):
+        return Outcome(REFUSED, "HTTP 200, aborted unstarted while draining")
     text = completion_text(payload)
     if text is None:
         return Outcome(FAILED, f"HTTP 200 without a completion: {payload[:200]!r}")

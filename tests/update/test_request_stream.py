@@ -79,6 +79,12 @@ class CompletionHandler(BaseHTTPRequestHandler):
         if mode == "busy":
             self._send(503, {"error": "draining"})
             return
+        if mode in ("declined", "cut"):  # vLLM's abort: unstarted while draining, or mid-way
+            tokens = 0 if mode == "declined" else 3
+            choice = {"text": " Par" if tokens else "", "finish_reason": "abort"}
+            usage = {"prompt_tokens": 5, "completion_tokens": tokens}
+            self._send(200, {"model": request["model"], "choices": [choice], "usage": usage})
+            return
         text = " Paris." if mode == "answer" else " Berlin."
         self._send(200, {"model": request["model"], "choices": [{"text": text}]})
 
@@ -121,6 +127,17 @@ def test_closed_port_is_refused_not_failed() -> None:
 def test_draining_503_is_refused(service: ServiceDouble) -> None:
     service.mode = "busy"
     assert send_one(call_for(service.url), 5).kind == REFUSED
+
+
+def test_unstarted_abort_while_draining_is_refused(service: ServiceDouble) -> None:
+    service.mode = "declined"
+    outcome = send_one(call_for(service.url), 5)
+    assert outcome.kind == REFUSED, outcome
+
+
+def test_abort_after_tokens_is_failed(service: ServiceDouble) -> None:
+    service.mode = "cut"
+    assert send_one(call_for(service.url), 5).kind == FAILED
 
 
 def test_taken_then_dropped_is_failed(service: ServiceDouble) -> None:

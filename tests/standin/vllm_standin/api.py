@@ -1,4 +1,14 @@
-"""The OpenAI-compatible HTTP surface of rank 0, with vLLM's drain-on-SIGTERM behaviour."""
+"""The OpenAI-compatible HTTP surface of rank 0, with vLLM's SIGTERM behaviour.
+
+vLLM 0.33/0.34 (vllm/entrypoints/launchers/launcher.py, serve_http): on SIGTERM the HTTP server
+keeps serving while the engine shuts down with --shutdown-timeout T. T = 0 (the default) aborts
+the engine's requests at once: a request in flight never gets its completion. T > 0 drains: the
+engine finishes what it has for up to T seconds, answers every new completion at once as
+aborted (HTTP 200, finish_reason "abort", no text), and is killed at T with whatever is left;
+/health stays 200 until the engine is gone. The HTTP server closes after that. ApiState holds
+that lifecycle (running, draining, stopped); a request that is still running when the engine
+stops is lost: its connection is closed without an answer.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +20,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from vllm_standin import model
 
 logger = logging.getLogger("vllm.entrypoints.openai.api_server")
 
@@ -23,28 +35,29 @@ class ApiState:
         served_model: str,
         model_path: str,
         max_model_len: int | None,
-        api_key: str | None,
+        api_keys: tuple[str, ...],
         completion: str,
         completion_delay_s: float,
-        ask_rank1: Callable[[str], dict[str, Any]],
+        ask_rank1: Callable[[str, model.Work], dict[str, Any]],
         plugin_reports: dict[str, list[dict[str, str]]],
     ) -> None:
         self.served_model = served_model
         self.model_path = model_path
         self.max_model_len = max_model_len
-        self.api_key = api_key
+        self.api_keys = api_keys  # any of them, as vLLM's --api-key (nargs +)
         self.completion = completion
         self.completion_delay_s = completion_delay_s
         self.ask_rank1 = ask_rank1
         self.plugin_reports = plugin_reports
-        self.draining = False
+        self.draining = False  # SIGTERM with --shutdown-timeout > 0: new work is aborted
+        self.stopped = threading.Event()  # the engine is gone: running requests are lost
         self.in_flight = 0
         self.idle = threading.Condition()
         self.started = int(time.time())
 
     def admit(self) -> bool:
         with self.idle:
-            if self.draining:
+            if self.draining or self.stopped.is_set():
                 return False
             self.in_flight += 1
             return True
@@ -54,12 +67,29 @@ class ApiState:
             self.in_flight -= 1
             self.idle.notify_all()
 
-    def drain(self, timeout_s: float) -> int:
-        """Stop admitting; wait for in-flight requests; return how many were still running."""
+    def check_running(self) -> None:
+        """Raise RequestAbortedError once the engine has stopped (call between generation steps)."""
+        if self.stopped.is_set():
+            raise RequestAbortedError
+
+    def generate_for(self, seconds: float) -> None:
+        """Simulated generation time, cut short (RequestAbortedError) when the engine stops."""
+        if self.stopped.wait(seconds):
+            raise RequestAbortedError
+
+    def shut_down(self, timeout_s: int) -> int:
+        """vLLM's engine shutdown: abort (0) or drain for up to timeout_s; return requests lost."""
         with self.idle:
             self.draining = True
-            self.idle.wait_for(lambda: self.in_flight == 0, timeout=timeout_s)
-            return self.in_flight
+            if timeout_s > 0:
+                self.idle.wait_for(lambda: self.in_flight == 0, timeout=timeout_s)
+            lost = self.in_flight
+            self.stopped.set()
+            return lost
+
+
+class RequestAbortedError(Exception):
+    """The engine stopped while this request was running: vLLM never completes it."""
 
 
 def make_handler(state: ApiState) -> type[BaseHTTPRequestHandler]:
@@ -79,16 +109,17 @@ def make_handler(state: ApiState) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def authorised(self) -> bool:
-            if state.api_key is None:
+            if not state.api_keys:
                 return True
-            if self.headers.get("Authorization", "") == f"Bearer {state.api_key}":
+            if self.headers.get("Authorization", "") in {f"Bearer {k}" for k in state.api_keys}:
                 return True
             self.reply(401, {"error": "Unauthorized"})
             return False
 
         def do_GET(self) -> None:
             if self.path == "/health":
-                self.reply(503 if state.draining else 200)
+                # vLLM: 503 only once the engine is dead; draining is still healthy.
+                self.reply(503 if state.stopped.is_set() else 200)
             elif not self.authorised():
                 return
             elif self.path == "/v1/models":
@@ -104,14 +135,17 @@ def make_handler(state: ApiState) -> type[BaseHTTPRequestHandler]:
             if self.path != "/v1/completions":
                 self.reply(404, {"error": f"no route {self.path}"})
                 return
+            length = int(self.headers.get("Content-Length", "0"))
+            request = json.loads(self.rfile.read(length) or b"{}")
             if not state.admit():
-                self.reply(503, {"error": "server is shutting down"})
+                self.reply(*not_admitted(state, request))
                 return
             try:
-                length = int(self.headers.get("Content-Length", "0"))
-                request = json.loads(self.rfile.read(length) or b"{}")
                 status, body = complete(state, request)
+                state.check_running()
                 self.reply(status, body)
+            except RequestAbortedError:
+                self.close_connection = True  # no answer: the client sees the connection close
             finally:
                 state.release()
 
@@ -134,18 +168,56 @@ def models(state: ApiState) -> dict[str, Any]:
     }
 
 
-def complete(state: ApiState, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+def check_request(state: ApiState, request: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """The serving layer's checks, made before a request reaches the engine; None when fine."""
     if request.get("model") != state.served_model:
         return 404, {"error": f"The model `{request.get('model')}` does not exist."}
     prompt = request.get("prompt")
     if not isinstance(prompt, str) or not prompt:
         return 400, {"error": "prompt must be a non-empty string"}
+    return None
+
+
+def not_admitted(state: ApiState, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """A completion that arrives after SIGTERM, as vLLM answers it."""
+    refused = check_request(state, request)
+    if refused:
+        return refused
+    if state.stopped.is_set():  # AsyncLLM.add_request: EngineDeadError -> HTTP 500
+        message = "The server had an error while processing your request."
+        return 500, {"error": {"message": message, "type": "InternalServerError", "code": 500}}
+    # Draining: EngineCore._reject_add_in_shutdown finishes it at once as aborted.
+    prompt_tokens = len(request["prompt"].split())
+    return 200, {
+        "id": "cmpl-" + hashlib.sha256(request["prompt"].encode()).hexdigest()[:16],
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": state.served_model,
+        "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "abort"}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": 0,
+            "total_tokens": prompt_tokens,
+        },
+    }
+
+
+def complete(state: ApiState, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    refused = check_request(state, request)
+    if refused:
+        return refused
+    prompt: str = request["prompt"]
+    try:
+        work = model.Work.of_request(prompt, request)  # the stand-in model's steps (model.py)
+    except ValueError as exc:
+        return 400, {"error": str(exc)}
     # Every step of a TP2 model needs both ranks: ask rank 1 for its shard of the work.
     try:
-        shard = state.ask_rank1(prompt)
+        shard = state.ask_rank1(prompt, work)
     except Exception as exc:
         return 500, {"error": f"tensor-parallel peer failed: {exc}"}
-    time.sleep(state.completion_delay_s)
+    model.run(work)  # rank 0's share, through the overlay's op when its plugin registered
+    state.generate_for(state.completion_delay_s)  # raises if the engine stops meanwhile
     prompt_tokens = len(prompt.split())
     text = state.completion
     return 200, {
@@ -174,8 +246,8 @@ def stop_listening(server: ThreadingHTTPServer) -> None:
     """Answer the connections still queued on the listening socket, then close it.
 
     Closing a listening socket resets the connections queued on it, whose clients have already
-    sent their requests. Taking them first (while draining they get a 503) leaves that window at
-    microseconds instead of the serve loop's poll interval.
+    sent their requests. Taking them first (the engine is gone: they get vLLM's 500) leaves that
+    window at microseconds instead of the serve loop's poll interval.
     """
     server.socket.setblocking(False)
     while True:

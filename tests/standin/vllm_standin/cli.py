@@ -1,65 +1,93 @@
-"""`vllm serve` command line, limited to the options the dualspark units pass.
+"""`vllm serve`'s command line: stock vLLM's own option table plus the fork's flags.
 
-Unknown options are rejected, as vLLM rejects them, so a misspelt flag in a unit template fails
-in the lab rather than on a Spark.
+What the stand-in checks before it starts, in vLLM's order and with vLLM's outcomes:
+1. FlexibleArgumentParser's rewriting (flexible.py), then argparse over the real parser's actions
+   (serve_cli_spec.json, dumped from the pinned vLLM by lab/vllm_cli_spec.py) and the fork-only
+   flags (fork_flags.py): an unknown option exits 2 with argparse's "unrecognized arguments", a
+   bad or missing value exits 2, as in vLLM.
+2. The quick checks of validate_parsed_serve_args that need no model (validate_serve_args):
+   an exception and exit status 1, as in vLLM.
+3. What vLLM checks when it builds the engine config: the VLLM_* environment (environ.py), the
+   shutdown timeout's lower bound and the executor backend of a multi-node group (exit 1), and
+   the stand-in's own check of the pair's topology (check_topology, exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from vllm_standin import behaviour, serve
+from vllm_standin import behaviour, environ, flexible, fork_flags, serve, spec_parser
 
-
-def positive_fraction(raw: str) -> float:
-    value = float(raw)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{raw} is not in (0, 1]")
-    return value
+logger = logging.getLogger("vllm.standin")
 
 
-def json_object(raw: str) -> dict[str, object]:
-    value = json.loads(raw)
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{raw} is not a JSON object")
-    return value
+@functools.cache
+def spec() -> dict[str, Any]:
+    return spec_parser.load_spec()
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="vllm", description="vLLM stand-in for the lab")
-    commands = root.add_subparsers(dest="command", required=True)
-    serve_cmd = commands.add_parser("serve")
-    serve_cmd.add_argument("model")
-    serve_cmd.add_argument("--host", default="0.0.0.0")
-    serve_cmd.add_argument("--port", type=int, default=8000)
-    serve_cmd.add_argument("--api-key", default=None)
-    serve_cmd.add_argument("--served-model-name", default=None)
-    serve_cmd.add_argument("--tensor-parallel-size", type=int, default=1)
-    serve_cmd.add_argument("--nnodes", type=int, default=1)
-    serve_cmd.add_argument("--node-rank", type=int, default=0)
-    serve_cmd.add_argument("--master-addr", default="127.0.0.1")
-    serve_cmd.add_argument("--master-port", type=int, default=29501)
-    serve_cmd.add_argument("--headless", action="store_true")
-    serve_cmd.add_argument("--max-model-len", type=int)
-    serve_cmd.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
-    serve_cmd.add_argument("--kv-cache-memory-bytes", type=int)
-    serve_cmd.add_argument("--gpu-memory-utilization", type=positive_fraction)
-    serve_cmd.add_argument("--max-num-batched-tokens", type=int)
-    serve_cmd.add_argument("--max-num-seqs", type=int)
-    serve_cmd.add_argument("--speculative-config", type=json_object)
-    serve_cmd.add_argument("--trust-remote-code", action="store_true")
-    serve_cmd.add_argument("--skip-mm-profiling", action="store_true")
-    serve_cmd.add_argument("--enable-prefix-caching", action="store_true")
-    serve_cmd.add_argument("--dtype", default="auto")
-    serve_cmd.add_argument("--quantization", default=None)
-    serve_cmd.add_argument("--load-format", default="auto")
-    serve_cmd.add_argument("--distributed-executor-backend", default=None)
+    """The top-level `vllm` parser with the serve subcommand, as vllm/entrypoints/cli/main.py."""
+    table = spec()
+    root = argparse.ArgumentParser(prog="vllm", description="vLLM CLI (the lab's stand-in)")
+    version = f"{table['vllm_version']} (lab stand-in)"
+    root.add_argument("-v", "--version", action="version", version=version)
+    commands = root.add_subparsers(required=False, dest="subparser")
+    # The spec carries -h/--help itself, among the real actions and in their order.
+    serve_cmd = commands.add_parser("serve", usage=table["usage"], add_help=False)
+    for action in (*table["actions"], *fork_flags.FORK_ONLY_FLAGS):
+        spec_parser.add_action(serve_cmd, action)
     return root
+
+
+def validate_serve_args(args: argparse.Namespace) -> None:
+    """validate_parsed_serve_args (vllm/entrypoints/common/cli_args.py), the model-free checks.
+
+    Left out: the chat template, --grpc-port and --reasoning-effort-map checks, which the units
+    never reach.
+    """
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")
+    if args.enable_log_outputs and not args.enable_log_requests:
+        raise TypeError("Error: --enable-log-outputs requires --enable-log-requests")
+    if args.sse_keep_alive_interval < 0:
+        raise ValueError(
+            "Error: --sse-keep-alive-interval must be a non-negative integer "
+            "(0 disables keep-alive comments)."
+        )
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse `vllm ARGV` as vLLM does; raises where vLLM raises, exits where argparse exits."""
+    args = parser().parse_args(flexible.rewrite(list(argv)))
+    if args.subparser != "serve":
+        return args
+    for action in spec()["actions"]:  # Python < 3.13: FlexibleArgumentParser warns itself
+        if action["deprecated"] and getattr(args, action["dest"]) != action["default"]:
+            logger.warning("argument '%s' is deprecated", action["dest"])
+    validate_serve_args(args)
+    if args.model_tag is not None:  # ServeSubcommand.cmd: the positional wins over --model
+        args.model = args.model_tag
+    return args
+
+
+def check_engine_config(args: argparse.Namespace) -> None:
+    """Checks vLLM makes when it builds the engine config (before loading): ValueError."""
+    environ.validate_environ(os.environ, spec(), args.fail_on_environ_validation)
+    if args.shutdown_timeout < 0:  # vllm/config/vllm.py: Field(default=0, ge=0)
+        raise ValueError(f"shutdown_timeout: Input should be >= 0 ({args.shutdown_timeout})")
+    backend = args.distributed_executor_backend  # vllm/config/parallel.py, __post_init__
+    if args.nnodes > 1 and backend not in (None, "mp", "uni", "external_launcher"):
+        raise ValueError(
+            "nnodes > 1 can only be set when distributed executor "
+            "backend is mp, uni or external_launcher."
+        )
 
 
 def check_topology(args: argparse.Namespace) -> str:
@@ -76,16 +104,35 @@ def check_topology(args: argparse.Namespace) -> str:
     return ""
 
 
+def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    """--api-key (any of several) wins over VLLM_API_KEY (serve/middleware/register.py)."""
+    return tuple(key for key in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if key)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO,
         format="%(levelname)s %(asctime)s [%(name)s] %(message)s",
         stream=sys.stderr,
     )
-    args = parser().parse_args(argv)
+    try:
+        args = parse(sys.argv[1:] if argv is None else argv)
+    except flexible.ConfigFileUnsupportedError as exc:
+        print(f"vllm: error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, IndexError) as exc:  # vLLM: an uncaught exception, status 1
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if args.subparser != "serve":
+        parser().print_help()
+        return 0
     problem = check_topology(args)
     if problem:
         print(f"vllm serve: error: {problem}", file=sys.stderr)
         return 2
-    api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
-    return serve.run(args, behaviour.load(), api_key)
+    try:
+        check_engine_config(args)
+    except ValueError as exc:
+        logger.error("ValueError: %s", exc)
+        return 1
+    return serve.run(args, behaviour.load(), api_keys(args))

@@ -12,13 +12,11 @@ import threading
 import time
 from typing import Any
 
-from vllm_standin import api, link, plugins
+from vllm_standin import api, link, model, plugins
 from vllm_standin.behaviour import Behaviour
 
 logger = logging.getLogger("vllm.standin")
 SHARD_TIMEOUT_S = 10.0
-# docker stop's grace period bounds the drain; this only keeps a stuck request from hanging it.
-DRAIN_LIMIT_S = 3600.0
 
 
 class Stop:
@@ -66,6 +64,7 @@ def prepare(args: argparse.Namespace, behaviour: Behaviour) -> list[dict[str, st
     if behaviour.fail == "load":
         logger.error("RuntimeError: weight loading failed (injected by STANDIN_FAIL=load)")
         return None
+    model.load(args.linear_backend)  # the stand-in model; says so loudly when it cannot run
     return reports
 
 
@@ -100,7 +99,7 @@ def on_signals(stop: Stop) -> None:
         signal.signal(signum, handle)
 
 
-def run(args: argparse.Namespace, behaviour: Behaviour, api_key: str | None) -> int:
+def run(args: argparse.Namespace, behaviour: Behaviour, api_keys: tuple[str, ...]) -> int:
     stop = Stop()
     on_signals(stop)
     reports = prepare(args, behaviour)
@@ -108,7 +107,7 @@ def run(args: argparse.Namespace, behaviour: Behaviour, api_key: str | None) -> 
         return 1
     try:
         if args.node_rank == 0:
-            return run_rank0(args, behaviour, api_key, reports, stop)
+            return run_rank0(args, behaviour, api_keys, reports, stop)
         return run_rank1(args, behaviour, reports, stop)
     except link.RendezvousError as exc:
         logger.error("RendezvousError: %s", exc)
@@ -118,7 +117,7 @@ def run(args: argparse.Namespace, behaviour: Behaviour, api_key: str | None) -> 
 def run_rank0(
     args: argparse.Namespace,
     behaviour: Behaviour,
-    api_key: str | None,
+    api_keys: tuple[str, ...],
     reports: list[dict[str, str]],
     stop: Stop,
 ) -> int:
@@ -144,37 +143,48 @@ def run_rank0(
     peer.start_heartbeat(lose_peer)
     peer.watch_silence(behaviour.heartbeat_timeout_s, lose_peer)
 
-    def ask_rank1(prompt: str) -> dict[str, Any]:
-        return peer.request({"type": "shard", "prompt": prompt}, SHARD_TIMEOUT_S)
+    def ask_rank1(prompt: str, work: model.Work) -> dict[str, Any]:
+        shard = {"type": "shard", "prompt": prompt, **work.to_message()}
+        return peer.request(shard, SHARD_TIMEOUT_S)
 
     state = api.ApiState(
-        served_model=args.served_model_name or args.model,
+        # --served-model-name takes several names (nargs +); the stand-in serves the first.
+        served_model=(args.served_model_name or [args.model])[0],
         model_path=args.model,
         max_model_len=args.max_model_len,
-        api_key=api_key,
+        api_keys=api_keys,
         completion=behaviour.completion,
         completion_delay_s=behaviour.completion_delay_s,
         ask_rank1=ask_rank1,
         plugin_reports={"0": reports, "1": theirs.get("plugins", [])},
     )
-    server = api.make_server(args.host, args.port, state)
+    server = api.make_server(args.host or "", args.port, state)  # no --host: every address
     stop.running = True
     # shutdown() waits for the serve loop's next poll: a short one closes the listener promptly
-    # after SIGTERM, as vLLM's server does (the default 0.5 s let new requests in meanwhile).
+    # once the engine has stopped (the default 0.5 s let requests in meanwhile).
     serve = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="http", daemon=True
     )
     serve.start()
-    logger.info("Starting vLLM API server on http://%s:%d", args.host, args.port)
+    logger.info("Starting vLLM API server on http://%s:%d", args.host or "0.0.0.0", args.port)
     logger.info("Application startup complete.")
     stop.event.wait()
-    logger.info("Shutting down on %s: no new requests; draining", stop.reason)
-    state.draining = True
+    # vLLM's order (launcher.py, handle_shutdown): the engine first, the HTTP server still
+    # serving meanwhile; then the HTTP server.
+    timeout = args.shutdown_timeout
+    logger.info("[shutdown] API server: shutdown triggered (%s)", stop.reason)
+    mode = "abort" if timeout == 0 else "drain"
+    logger.info("[shutdown] API server: stopping engine client mode=%s timeout=%ss", mode, timeout)
+    lost = state.shut_down(timeout)
+    if lost and timeout == 0:
+        logger.info("[shutdown] EngineCore: aborting in-flight requests count=%d", lost)
+    elif lost:  # vLLM kills the engine at the deadline (vllm/v1/utils.py, shutdown)
+        logger.warning("[shutdown] Process manager: force killing; %d requests lost", lost)
+    logger.info("[shutdown] API server: engine client stopped")
     server.shutdown()
     api.stop_listening(server)
-    unfinished = state.drain(DRAIN_LIMIT_S)
     server.server_close()
-    logger.info("Drained (%d requests unfinished); closing the group", unfinished)
+    logger.info("[shutdown] API server: HTTP server closed; closing the group")
     peer.closing = True
     with contextlib.suppress(OSError):
         peer.send({"type": "shutdown"})
@@ -195,6 +205,12 @@ def run_rank1(
     logger.info("joined the tensor-parallel group as rank %d (headless)", args.node_rank)
     stop.running = True
 
+    def answer_shard(message: dict[str, Any]) -> None:
+        model.run(model.Work.of_message(message))  # this rank's share of the request's steps
+        digest = hashlib.sha256(message["prompt"].encode()).hexdigest()[:12]
+        with contextlib.suppress(OSError):  # rank 0 gone meanwhile: the reader handles that
+            peer.send({"type": "shard_done", "id": message["id"], "rank": 1, "digest": digest})
+
     def read() -> None:
         while True:
             message = peer.receive()
@@ -204,8 +220,8 @@ def run_rank1(
                 return
             kind = message.get("type")
             if kind == "shard":
-                digest = hashlib.sha256(message["prompt"].encode()).hexdigest()[:12]
-                peer.send({"type": "shard_done", "id": message["id"], "rank": 1, "digest": digest})
+                # Off the reader thread: it must keep taking heartbeats while the model runs.
+                threading.Thread(target=answer_shard, args=(message,), daemon=True).start()
             elif kind == "shutdown":
                 peer.closing = True
                 stop.set(0, "rank 0 closed the group")
