@@ -13,9 +13,12 @@ ROLLING_PLAYBOOKS = ("playbooks/update.yml", "playbooks/rollback.yml")
 
 
 def plays(playbook: str) -> list[dict[str, Any]]:
+    """The playbook's own plays, after the inventory check it imports first (playbooks/check.yml,
+    tests/inventory_check)."""
     loaded = yaml.safe_load((REPO / playbook).read_text(encoding="utf-8"))
     assert isinstance(loaded, list)
-    return loaded
+    assert loaded[0].get("ansible.builtin.import_playbook") == "check.yml", loaded[0]
+    return loaded[1:]
 
 
 @pytest.mark.parametrize("playbook", ROLLING_PLAYBOOKS)
