@@ -7,7 +7,11 @@ Writes <out>/<release>.tar holding <release>/site/ (the wheel unpacked: importab
 its .dist-info, so vLLM finds the entry point on PYTHONPATH), <release>/SHA256SUMS (every file
 under site/) and <release>/RELEASE (JSON). The release name is <version>-<12 hex>, the hex taken
 from the wheel's RECORD (content hashes of every file), so rebuilding unchanged sources gives the
-same name and byte-identical tar. Prints {"release", "version", "tar", "wheel"} as JSON.
+same name and byte-identical tar. Prints {"release", "version", "tar", "wheel", "bytes",
+"entries"} as JSON: ``bytes`` is what the release's files hold, ``entries`` its files and
+directories (the release directory included), from which the nodes reckon the space it takes.
+Both files appear whole or not at all (written aside, then renamed), so two runs building the
+same sources at once each read a complete tar.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -45,7 +50,9 @@ def build_wheel(source: Path, out: Path) -> Path:
         (wheel,) = Path(workdir).glob("*.whl")
         out.mkdir(parents=True, exist_ok=True)
         target = out / wheel.name
-        shutil.copyfile(wheel, target)
+        aside = out / f".{wheel.name}.{os.getpid()}"
+        shutil.copyfile(wheel, aside)
+        aside.replace(target)
         return target
 
 
@@ -73,7 +80,7 @@ def add_dir(tar: tarfile.TarFile, name: str) -> None:
     tar.addfile(info)
 
 
-def write_release(wheel_path: Path, out: Path) -> dict[str, str]:
+def write_release(wheel_path: Path, out: Path) -> dict[str, str | int]:
     version = wheel_path.name.split("-")[1]
     with zipfile.ZipFile(wheel_path) as wheel:
         release = release_name(wheel, version)
@@ -83,8 +90,9 @@ def write_release(wheel_path: Path, out: Path) -> dict[str, str]:
     )
     meta = {"release": release, "version": version, "wheel": wheel_path.name}
     tar_path = out / f"{release}.tar"
+    aside = out / f".{release}.tar.{os.getpid()}"
     directories = sorted({str(Path(n).parent) for n in files} - {"."})
-    with tarfile.open(tar_path, "w", format=tarfile.GNU_FORMAT) as tar:
+    with tarfile.open(aside, "w", format=tarfile.GNU_FORMAT) as tar:
         # No entry for <release>/ itself: the node creates it at landing time, which is the
         # age prune.yml sorts releases by.
         add_dir(tar, f"{release}/site")
@@ -96,9 +104,13 @@ def write_release(wheel_path: Path, out: Path) -> dict[str, str]:
                     add_dir(tar, name)
         for name, data in files.items():
             add_file(tar, f"{release}/site/{name}", data)
-        add_file(tar, f"{release}/RELEASE", (json.dumps(meta, indent=2) + "\n").encode())
+        release_json = (json.dumps(meta, indent=2) + "\n").encode()
+        add_file(tar, f"{release}/RELEASE", release_json)
         add_file(tar, f"{release}/SHA256SUMS", sums.encode())
-    return {**meta, "tar": str(tar_path)}
+        entries = len(tar.getnames()) + 1  # the release directory, made on the node
+    aside.replace(tar_path)
+    size = sum(map(len, files.values())) + len(release_json) + len(sums.encode())
+    return {**meta, "tar": str(tar_path), "bytes": size, "entries": entries}
 
 
 def main() -> int:
