@@ -1,10 +1,19 @@
 """Each rule of inventory_check, broken alone in a made-up inventory of two pairs and run through
 playbooks/check.yml: the play fails with that one problem, naming the variable, the hosts and the
-fix. Legitimate variants of the same settings pass."""
+fix. Legitimate variants of the same settings pass.
+
+Each case's inventory is a world of its own (conftest.World: its own hosts, groups and subnets)
+in one inventory shared by all the cases, checked in one run: the role lists every problem in one
+refusal, each naming its hosts, so a case's test takes the messages that name its hosts, and
+there must be exactly its one. A pair the case leaves alone (and does not refer to) is left out of
+its world. The legitimate variants share a second run, which must pass whole; the cases that need
+-e (a variable for every host) have runs of their own. The runs start together."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,15 +23,25 @@ import pytest
 from tests.inventory_check.conftest import (
     API_KEY,
     DIGEST,
+    GOOD,
     REVISION,
+    Inventory,
+    Run,
+    World,
+    combine,
     flat,
     good_inventory,
+    hosts_of,
+    named_hosts,
+    naming,
     problems,
-    run_playbook,
+    recap_hosts,
+    start_playbook,
+    tail,
+    warnings,
     write_inventory,
 )
 
-Inventory = dict[str, Any]
 ALL = "s1, s2, s3, s4"
 UNREADABLE = "{{ lookup('ansible.builtin.file', '/nonexistent/image.id') }}"
 
@@ -474,24 +493,6 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_each_rule_refuses_with_its_message(tmp_path: Path, case: Case) -> None:
-    inventory = good_inventory()
-    case.mutate(inventory)
-    result = run_playbook(write_inventory(tmp_path / "inventory", inventory), *case.args)
-    output = flat(result)
-    assert result.returncode != 0, output
-    found = problems(result)
-    assert len(found) == 1, "\n".join(found) or output
-    message = " ".join(found[0].split())
-    assert message.startswith(f"{case.variable} ({case.hosts}): "), message
-    for words in case.says:
-        assert words in message, (words, message)
-    assert " Fix: " in message, message
-    assert "nothing was changed on any node" in output, output
-    assert API_KEY not in output and "secret with a blank inside" not in output
-
-
 PASSING = {
     "master-address-rank0-second-twin": setting(
         "pair_one", vllm_tp2_service_master_address="192.168.101.10"
@@ -524,33 +525,169 @@ PASSING = {
 }
 
 
-@pytest.mark.parametrize("mutate", PASSING.values(), ids=PASSING.keys())
-def test_legitimate_variants_pass(tmp_path: Path, mutate: Callable[[Inventory], None]) -> None:
-    inventory = good_inventory()
-    mutate(inventory)
-    result = run_playbook(write_inventory(tmp_path / "inventory", inventory))
-    assert result.returncode == 0, flat(result)
-    assert "[WARNING]" not in flat(result), flat(result)
+AT_ONCE = "all-at-once"
+# Values no case above uses: the same problem in two worlds of one run would be one message.
+AT_ONCE_BROKEN = both(
+    setting("all", model_weights_revision="develop", vllm_tp2_service_drain_timeout_s=-1),
+    setting("pair_two", rail_network_mtu=1500),
+)
+GOOD_WORLD = "good"
 
 
-def test_a_made_up_inventory_with_every_rule_holding_passes(tmp_path: Path) -> None:
-    result = run_playbook(write_inventory(tmp_path / "inventory", good_inventory()))
-    assert result.returncode == 0, flat(result)
+@dataclass(frozen=True)
+class Placed:
+    """A made-up inventory placed in a run beside others: its world, its hosts there, the run."""
+
+    world: World
+    hosts: list[str]
+    run: Future[Run]
+
+
+def without_bystanders(inventory: Inventory) -> Inventory:
+    """Only GOOD's pairs that the mutation touched or that what it touched refers to (every pair
+    when it touched group_vars/all or added a group): the others are bystanders, and the other
+    worlds of the run give the inventory pairs enough."""
+    if set(inventory["groups"]) != set(GOOD["groups"]) or set(inventory["group_vars"]) != set(
+        GOOD["group_vars"]
+    ):
+        return inventory
+    if inventory["group_vars"]["all"] != GOOD["group_vars"]["all"]:
+        return inventory
+
+    def parts(source: Inventory, pair: str) -> list[Any]:
+        hosts = sorted({*GOOD["groups"][pair], *inventory["groups"][pair]})
+        host_vars = [source["host_vars"].get(host) for host in hosts]
+        return [source["groups"][pair], source["group_vars"][pair], *host_vars]
+
+    touched = [pair for pair in GOOD["groups"] if parts(inventory, pair) != parts(GOOD, pair)]
+    if not touched:
+        return inventory
+    changed = repr([parts(inventory, pair) for pair in touched])
+    for pair in GOOD["groups"]:
+        subnets = [
+            twin["subnet"].rsplit(".", 1)[0]
+            for twin in GOOD["group_vars"][pair]["rail_network_twins"]
+        ]
+        names = [pair, *GOOD["groups"][pair]]
+        refers = any(re.search(rf"\b{re.escape(name)}\b", changed) for name in names) or any(
+            f"{subnet}." in changed for subnet in subnets
+        )
+        if pair in touched or refers:
+            continue
+        for host in inventory["groups"].pop(pair):
+            del inventory["host_vars"][host]
+        del inventory["group_vars"][pair]
+    return inventory
+
+
+def place(
+    pool: ThreadPoolExecutor,
+    directory: Path,
+    mutations: dict[str, Callable[[Inventory], None]],
+    *args: str,
+) -> dict[str, Placed]:
+    """Each mutation of GOOD (without its bystanders) as a world of one inventory, and one run
+    of playbooks/check.yml over them all (started, not awaited)."""
+    worlds = []
+    for number, (name, mutate) in enumerate(mutations.items(), start=1):
+        inventory = good_inventory()
+        mutate(inventory)
+        worlds.append((World(name.replace("-", "_"), number), without_bystanders(inventory)))
+    run = start_playbook(pool, write_inventory(directory, combine(worlds)), *args)
+    return {
+        name: Placed(world, [world.rename(host) for host in hosts_of(inventory)], run)
+        for name, (world, inventory) in zip(mutations, worlds, strict=True)
+    }
+
+
+# Cases that pass -e (which sets a variable for every host) run on their own; all the others
+# share one run, as do the legitimate variants.
+SHARED = [case for case in CASES if not case.args]
+ALONE = [case for case in CASES if case.args]
+
+
+@pytest.fixture(scope="module")
+def placed(pool: ThreadPoolExecutor, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Placed]:
+    """Every case's, variant's and the good inventory's place, the runs started together."""
+    directory = tmp_path_factory.mktemp("rules")
+    refused = {case.id: case.mutate for case in SHARED} | {AT_ONCE: AT_ONCE_BROKEN}
+    passing = {GOOD_WORLD: good_inventory_as_is} | PASSING
+    found = place(pool, directory / "refused", refused)
+    found |= place(pool, directory / "passing", passing)
+    for case in ALONE:
+        found |= place(pool, directory / case.id, {case.id: case.mutate}, *case.args)
+    assert len(found) == len(refused) + len(passing) + len(ALONE)
+    return found
+
+
+def good_inventory_as_is(inventory: Inventory) -> None:
+    """No change: GOOD."""
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_each_rule_refuses_with_its_message(placed: dict[str, Placed], case: Case) -> None:
+    """The one message that names the case's hosts; no other names them."""
+    world, hosts = placed[case.id].world, placed[case.id].hosts
+    result = placed[case.id].run.result()
+    output = flat(result)
+    assert result.returncode != 0, tail(result)
+    found = naming(problems(result), hosts)
+    assert len(found) == 1, "\n".join(found) or tail(result)
+    message = " ".join(found[0].split())
+    assert message.startswith(f"{case.variable} ({world.rename(case.hosts)}): "), message
+    for words in case.says:
+        assert world.rename(words) in message, (world.rename(words), message)
+    assert " Fix: " in message, message
+    assert "nothing was changed on any node" in output, tail(result)
+    assert API_KEY not in output and "secret with a blank inside" not in output
+
+
+@pytest.mark.parametrize("variant", PASSING)
+def test_legitimate_variants_pass(placed: dict[str, Placed], variant: str) -> None:
+    """No message and no warning names the variant's hosts (that the shared run passes whole,
+    test_the_passing_run_passes_whole)."""
+    hosts = placed[variant].hosts
+    result = placed[variant].run.result()
+    assert set(hosts) <= recap_hosts(result), tail(result)
+    assert result.returncode == 0 or problems(result), tail(result)  # the check ran through
+    assert not naming(problems(result), hosts), naming(problems(result), hosts)
+    assert not naming(warnings(result), hosts), naming(warnings(result), hosts)
+
+
+def test_a_made_up_inventory_with_every_rule_holding_passes(placed: dict[str, Placed]) -> None:
+    hosts = placed[GOOD_WORLD].hosts
+    result = placed[GOOD_WORLD].run.result()
+    assert set(hosts) <= recap_hosts(result), tail(result)
+    assert result.returncode == 0 or problems(result), tail(result)
+    assert not naming(problems(result), hosts), naming(problems(result), hosts)
     assert "Check the twins, rail addresses and MTU of every pair" in flat(result)
 
 
-def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
-    inventory = good_inventory()
-    both(
-        setting("all", model_weights_revision="main", vllm_tp2_service_drain_timeout_s=0),
-        setting("pair_two", rail_network_mtu=1500),
-    )(inventory)
-    result = run_playbook(write_inventory(tmp_path / "inventory", inventory))
+def test_the_passing_run_passes_whole(placed: dict[str, Placed]) -> None:
+    """The good inventory and every legitimate variant, in one run: it passes, without a
+    warning."""
+    result = placed[GOOD_WORLD].run.result()
+    assert all(placed[variant].run is placed[GOOD_WORLD].run for variant in PASSING)
+    assert result.returncode == 0, tail(result)
+    assert "[WARNING]" not in flat(result), warnings(result)
+
+
+def test_all_problems_are_reported_at_once(placed: dict[str, Placed]) -> None:
+    """Three problems of one inventory in one refusal; and the shared run's refusal holds every
+    case's message, each naming the hosts of that case only."""
+    result = placed[AT_ONCE].run.result()
     assert result.returncode != 0
     found = problems(result)
-    assert [message.split(" ", 1)[0] for message in found] == [
+    assert [message.split(" ", 1)[0] for message in naming(found, placed[AT_ONCE].hosts)] == [
         "rail_network_mtu",
         "model_weights_revision",
         "vllm_tp2_service_drain_timeout_s",
     ], found
-    assert "The inventory has 3 problem(s)" in flat(result)
+    sharing = [name for name, where in placed.items() if where.run is placed[AT_ONCE].run]
+    owners = [
+        [name for name in sharing if set(named_hosts(message)) <= set(placed[name].hosts)]
+        for message in found
+    ]
+    assert all(len(owner) == 1 for owner in owners), list(zip(found, owners, strict=True))
+    assert len(found) == len(SHARED) + 3, found
+    assert f"The inventory has {len(found)} problem(s)" in flat(result)
