@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,11 @@ def run_tool(*args: str, cwd: Path = REPO, timeout: int = 1800) -> subprocess.Co
 
 
 def run_local_play(
-    directory: Path, plays: list[dict[str, Any]], *env: str
+    directory: Path, plays: list[dict[str, Any]], *env: str, args: Sequence[str] = ()
 ) -> subprocess.CompletedProcess[str]:
     """Write ``plays`` to directory/play.yml and run it on this machine (``env``: NAME=value
-    settings for ansible-playbook); never raises on failure."""
+    settings for ansible-playbook, ``args``: more of its options); never raises on failure."""
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / "play.yml").write_text(yaml.safe_dump(plays, sort_keys=False), encoding="utf-8")
     return run_tool(
         "env",
@@ -41,6 +43,7 @@ def run_local_play(
         "local",
         "-e",
         "ansible_python_interpreter={{ ansible_playbook_python }}",
+        *args,
         "play.yml",
         cwd=directory,
         timeout=300,

@@ -63,23 +63,7 @@ def lock_play(lock: Path, *, body: list[dict[str, Any]] | None = None) -> list[d
 
 
 def run(directory: Path, plays: list[dict[str, Any]], *args: str) -> tuple[int, str]:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "play.yml").write_text(yaml.safe_dump(plays, sort_keys=False), encoding="utf-8")
-    result = run_tool(
-        "env",
-        ROLES,
-        "ansible-playbook",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        "ansible_python_interpreter={{ ansible_playbook_python }}",
-        *args,
-        "play.yml",
-        cwd=directory,
-        timeout=300,
-    )
+    result = run_local_play(directory, plays, ROLES, args=args)
     return result.returncode, " ".join(output_of(result, 300).split())
 
 

@@ -30,3 +30,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("interpreter") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def marlin():
+    """The Marlin stand-in installed as the op's small-M path, the op's state fresh around it."""
+    # Imported here: the op imports Triton, which must see TRITON_INTERPRET set above first.
+    from marlin_standin import MarlinStandIn
+    from vllm_dualpath import ahead, op, scratch, settings
+
+    standin = MarlinStandIn()
+    op.install_marlin_apply(standin)
+    op.configure(settings.load({}), None)
+    scratch.release_all()
+    ahead.reset_all()
+    yield standin
+    op.install_marlin_apply(None)
+    op.configure(settings.load({}), None)
+    scratch.release_all()
+    ahead.reset_all()

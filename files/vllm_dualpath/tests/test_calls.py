@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from fp8_cases import Case, build
-from marlin_standin import MarlinStandIn
 from vllm_dualpath import ahead, calibration, calls, op, scratch, settings
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -30,20 +29,6 @@ def fresh_counts():
     yield
     calls.reset()
     calls.configure(None, settings.DEFAULT_REPORT_INTERVAL_S)
-
-
-@pytest.fixture
-def marlin():
-    standin = MarlinStandIn()
-    op.install_marlin_apply(standin)
-    op.configure(settings.load({}), None)
-    scratch.release_all()
-    ahead.reset_all()
-    yield standin
-    op.install_marlin_apply(None)
-    op.configure(settings.load({}), None)
-    scratch.release_all()
-    ahead.reset_all()
 
 
 CASE = Case(64, 128, "channel")

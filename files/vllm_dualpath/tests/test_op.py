@@ -6,24 +6,10 @@ import pytest
 import torch
 
 from fp8_cases import Case, build
-from marlin_standin import MarlinStandIn, reference_linear
+from marlin_standin import reference_linear
 from vllm_dualpath import ahead, calibration, op, scratch, settings
 
 pytestmark = pytest.mark.interpreter
-
-
-@pytest.fixture
-def marlin():
-    standin = MarlinStandIn()
-    op.install_marlin_apply(standin)
-    op.configure(settings.load({}), None)
-    scratch.release_all()
-    ahead.reset_all()
-    yield standin
-    op.install_marlin_apply(None)
-    op.configure(settings.load({}), None)
-    scratch.release_all()
-    ahead.reset_all()
 
 
 def _call(case: Case, m: int, dtype=torch.bfloat16, with_bias=True, leading=()):
