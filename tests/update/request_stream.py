@@ -4,8 +4,10 @@
 Every request ends in exactly one of three counts:
 
 * answered: HTTP 200 with a completion (and the expected text, when one is given);
-* refused: the service did not take the request (connection refused, 503/429, or, as vLLM
-  answers a request that arrives while it drains, HTTP 200 finished as "abort" with no token);
+* refused: the service did not take the request (connection refused, 503/429, or vLLM's answers
+  to a request that reaches it during a stop: HTTP 200 finished as "abort" with no token while it
+  drains, HTTP 500 "engine dead" in the moment between its engine's exit and its listener's
+  close; neither ever reached a model step);
 * failed: the service took the request and never answered it properly (reset, timeout, error,
   wrong answer). A rolling update must keep this at zero.
 
@@ -145,6 +147,18 @@ def declined_while_draining(payload: bytes) -> bool:
     return reason == "abort" and tokens == 0
 
 
+# vLLM's answer to a request that reaches the API server after its engine exited (EngineDeadError).
+ENGINE_STOPPED = {"message": "The server had an error while processing your request.", "code": 500}
+
+
+def engine_stopped(status: int, payload: bytes) -> bool:
+    try:
+        error = json.loads(payload)["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return status == 500 and isinstance(error, dict) and ENGINE_STOPPED.items() <= error.items()
+
+
 def send_one(call: CompletionCall, timeout_s: float) -> Outcome:
     connection = http.client.HTTPConnection(call.host, call.port, timeout=timeout_s)
     try:
@@ -163,6 +177,8 @@ def send_one(call: CompletionCall, timeout_s: float) -> Outcome:
         connection.close()
     if response.status in REFUSING_STATUSES:
         return Outcome(REFUSED, f"HTTP {response.status}")
+    if engine_stopped(response.status, payload):
+        return Outcome(REFUSED, "HTTP 500, engine already stopped")
     if response.status != 200:
         return Outcome(FAILED, f"HTTP {response.status}: {payload[:200]!r}")
     if declined_while_draining(payload):

@@ -79,6 +79,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
         if mode == "busy":
             self._send(503, {"error": "draining"})
             return
+        if mode in ("stopped", "crashed"):  # vLLM's engine-dead answer, or any other 500
+            message = "The server had an error while processing your request."
+            error = {"message": message if mode == "stopped" else "boom", "code": 500}
+            self._send(500, {"error": {**error, "type": "InternalServerError"}})
+            return
         if mode in ("declined", "cut"):  # vLLM's abort: unstarted while draining, or mid-way
             tokens = 0 if mode == "declined" else 3
             choice = {"text": " Par" if tokens else "", "finish_reason": "abort"}
@@ -133,6 +138,16 @@ def test_unstarted_abort_while_draining_is_refused(service: ServiceDouble) -> No
     service.mode = "declined"
     outcome = send_one(call_for(service.url), 5)
     assert outcome.kind == REFUSED, outcome
+
+
+def test_engine_already_stopped_is_refused(service: ServiceDouble) -> None:
+    service.mode = "stopped"
+    assert send_one(call_for(service.url), 5).kind == REFUSED
+
+
+def test_any_other_server_error_is_failed(service: ServiceDouble) -> None:
+    service.mode = "crashed"
+    assert send_one(call_for(service.url), 5).kind == FAILED
 
 
 def test_abort_after_tokens_is_failed(service: ServiceDouble) -> None:
