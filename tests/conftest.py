@@ -82,3 +82,16 @@ def assert_doc_has_every_path(result_path: Path, doc: Path | None = None) -> Non
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+def write_demo_plugin(root: Path) -> Path:
+    """A small package with a vllm.general_plugins entry point, laid out like the overlay."""
+    (root / "src/demo_plugin").mkdir(parents=True)
+    (root / "src/demo_plugin/__init__.py").write_text("def register():\n    pass\n")
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "demo-plugin"\nversion = "2.0.1"\n'
+        '[project.entry-points."vllm.general_plugins"]\ndemo = "demo_plugin:register"\n'
+        '[tool.setuptools.packages.find]\nwhere = ["src"]\n'
+    )
+    return root

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, write_demo_plugin
 
 SCRIPT = REPO / "roles/dualpath_overlay/files/overlay_release.py"
 
@@ -32,16 +32,7 @@ def overlay_release() -> ModuleType:
 @pytest.fixture
 def package(tmp_path: Path) -> Path:
     """A small package with a vllm.general_plugins entry point, laid out like the overlay."""
-    root = tmp_path / "pkg"
-    (root / "src/demo_plugin").mkdir(parents=True)
-    (root / "src/demo_plugin/__init__.py").write_text("def register():\n    pass\n")
-    (root / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "demo-plugin"\nversion = "2.0.1"\n'
-        '[project.entry-points."vllm.general_plugins"]\ndemo = "demo_plugin:register"\n'
-        '[tool.setuptools.packages.find]\nwhere = ["src"]\n'
-    )
-    return root
+    return write_demo_plugin(tmp_path / "pkg")
 
 
 def build(module: ModuleType, source: Path, out: Path) -> dict[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, output_of, run_tool
+from tests.conftest import REPO, output_of, run_tool, write_demo_plugin
 
 ROLES = f"ANSIBLE_ROLES_PATH={REPO / 'roles'}"
 
@@ -27,16 +27,7 @@ ROLES = f"ANSIBLE_ROLES_PATH={REPO / 'roles'}"
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small package with a vllm.general_plugins entry point, laid out like the overlay."""
-    root = tmp_path_factory.mktemp("pkg")
-    (root / "src/demo_plugin").mkdir(parents=True)
-    (root / "src/demo_plugin/__init__.py").write_text("def register():\n    pass\n")
-    (root / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "demo-plugin"\nversion = "2.0.1"\n'
-        '[project.entry-points."vllm.general_plugins"]\ndemo = "demo_plugin:register"\n'
-        '[tool.setuptools.packages.find]\nwhere = ["src"]\n'
-    )
-    return root
+    return write_demo_plugin(tmp_path_factory.mktemp("pkg"))
 
 
 def stage(
