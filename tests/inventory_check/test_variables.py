@@ -1,5 +1,5 @@
-"""Variables that carry a role's prefix but that no role takes: warned with the nearest known name,
-refused with inventory_check_strict; names the roles set at run time and names allowed by the
+"""Variables that carry a role's prefix but that no role takes, and near misses of a role's variable
+with a slip in the prefix: warned with the nearest known name, refused with inventory_check_strict; names the roles set at run time and names allowed by the
 inventory pass; names of a role's vars/main.yml do not.
 
 Four runs, started together: the default (warnings) with a typo, a role variable and a typo on
@@ -43,6 +43,8 @@ def typo_inventory() -> Inventory:
     inventory = good_inventory()
     inventory["group_vars"]["pair_one"]["rail_network_mut"] = 9000
     inventory["host_vars"]["s4"]["vllm_tp2_service_drain_timeout"] = 30
+    # a slip in the prefix itself: no role's prefix, one letter pair away from a role's variable
+    inventory["group_vars"]["pair_one"]["rail_netwrok_mtu"] = 9000
     return inventory
 
 
@@ -59,8 +61,9 @@ def allowed_inventory() -> Inventory:
     inventory["group_vars"]["all"]["rail_network_site_label"] = "allowed below"
     # spark_pair publishes it; a later play of the run carries it in hostvars
     inventory["host_vars"]["s1"]["spark_pair_peer"] = "s2"
-    # a typo in the prefix itself carries no role's prefix
-    inventory["group_vars"]["all"]["rail_netwrok_mtu"] = 9000
+    # a site's own names, far from any role's variable
+    inventory["group_vars"]["all"]["lab_cache"] = "/srv/lab"
+    inventory["host_vars"]["s1"]["rail_switch_port"] = "swp7"
     return inventory
 
 
@@ -129,8 +132,8 @@ def test_a_typo_is_warned_with_the_nearest_name(runs: dict[str, Run]) -> None:
     assert "Fix: did you mean rail_network_mtu?" in output, output
     assert f"[WARNING]: vllm_tp2_service_drain_timeout ({TYPO.rename('s4')}): " in output, output
     assert "did you mean vllm_tp2_service_drain_timeout_s?" in output, output
-    # the typo world's two, the role variable's and the command line's
-    assert "msg: '4 variable(s) with a role''s prefix" in output, output
+    # the typo world's three, the role variable's and the command line's
+    assert "msg: '5 variable(s) with a role''s prefix, or a near miss of one," in output, output
 
 
 def test_the_warnings_are_those_and_no_more(runs: dict[str, Run]) -> None:
@@ -142,6 +145,7 @@ def test_the_warnings_are_those_and_no_more(runs: dict[str, Run]) -> None:
     }
     assert found == {
         "rail_network_mut": {*TYPO.rename("s1 s2").split()},
+        "rail_netwrok_mtu": {*TYPO.rename("s1 s2").split()},
         "vllm_tp2_service_drain_timeout": {TYPO.rename("s4")},
         "vllm_tp2_service_runtime_env_dir": set(hosts(ROLE_VARIABLE)),
         "rolling_update_releas": {*hosts(TYPO), *hosts(ROLE_VARIABLE)},
@@ -155,9 +159,12 @@ def test_strict_refuses_a_typo(runs: dict[str, Run]) -> None:
     found = problems(result)
     assert [head(message) for message in found] == [
         f"rail_network_mut ({TYPO.rename('s1, s2')})",
+        f"rail_netwrok_mtu ({TYPO.rename('s1, s2')})",
         f"vllm_tp2_service_drain_timeout ({TYPO.rename('s4')})",
     ], found
     assert "did you mean rail_network_mtu?" in found[0]
+    assert "is a near miss of rail_network_mtu" in found[1]
+    assert "did you mean rail_network_mtu?" in found[1]
 
 
 def test_strict_from_the_inventory(runs: dict[str, Run]) -> None:

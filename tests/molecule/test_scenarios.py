@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -11,6 +10,7 @@ import yaml
 from lab import labctl
 from tests.conftest import REPO, output_of, run_tool
 
+LOGS = REPO / ".cache/molecule-logs"
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
 
 
@@ -32,7 +32,12 @@ def test_scenario_hosts_are_apart_from_the_readme_lab(scenario: str) -> None:
 
 @pytest.mark.molecule
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_molecule_scenario(scenario: str, tmp_path: Path) -> None:
+def test_molecule_scenario(scenario: str) -> None:
     result = run_tool("molecule", "test", "-s", scenario, timeout=1500)
-    (tmp_path / "molecule.log").write_text(result.stdout + result.stderr, encoding="utf-8")
-    assert result.returncode == 0, f"molecule test -s {scenario} failed:\n{output_of(result, 300)}"
+    # The whole log, kept past the run: a failure shows only its tail.
+    log = LOGS / f"{scenario}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(result.stdout + result.stderr, encoding="utf-8")
+    assert result.returncode == 0, (
+        f"molecule test -s {scenario} failed (whole log: {log}):\n{output_of(result, 300)}"
+    )

@@ -1135,10 +1135,16 @@ def unknown_variables(
     """Variables that carry a role's prefix but are neither an option of that role (any entry
     point) nor a name its tasks set at run time, with the nearest known name."""
     inv = Inventory(hostvars, hosts, {}, roles)
+    every_known = sorted(
+        {known for interface in roles.values() for known in (*interface["options"], *interface["runtime"])}
+    )
     for host in hosts:
         for name in inv.names(host):
+            if name in allowed:
+                continue
             role = _role_of(name, roles)
-            if role is None or name in allowed:
+            if role is None:
+                _report_misspelt_prefix(inv, host, name, every_known)
                 continue
             interface = roles[role]
             if name in interface["options"] or name in interface["runtime"]:
@@ -1159,6 +1165,27 @@ def unknown_variables(
                 "inventory_check_allowed_variables).",
             )
     return inv.findings.messages()
+
+
+# How alike a name without any role's prefix must be to a role's variable to count as its typo
+# (difflib's ratio): one swapped or missing letter in a name of 15 or more characters is above
+# it; a site's own names (lab_cache, site_note) are far below any role's variable.
+MISSPELT_PREFIX_SIMILARITY = 0.9
+
+
+def _report_misspelt_prefix(inv: Inventory, host: str, name: str, known: Sequence[str]) -> None:
+    """A name one slip away from a role's variable, the slip in the prefix (rail_netwrok_mtu)."""
+    nearest = difflib.get_close_matches(name, known, n=1, cutoff=MISSPELT_PREFIX_SIMILARITY)
+    if not nearest:
+        return
+    inv.findings.add(
+        name,
+        host,
+        f"carries no role's prefix but is a near miss of {nearest[0]}: no role reads it, so it "
+        "changes nothing.",
+        f"did you mean {nearest[0]}? Rename it, or, if it is the site's own, list it in "
+        "inventory_check_allowed_variables.",
+    )
 
 
 def warn(messages: Sequence[str]) -> int:
