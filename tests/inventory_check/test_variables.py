@@ -1,5 +1,6 @@
-"""Variables that carry a role's prefix but that no role takes, and near misses of a role's variable
-with a slip in the prefix: warned with the nearest known name, refused with inventory_check_strict; names the roles set at run time and names allowed by the
+"""Variables that carry a role's prefix but that no role takes, and near misses of a role's
+variable with a slip in the prefix: warned with the nearest known name, refused with
+inventory_check_strict; names the roles set at run time and names allowed by the
 inventory pass; names of a role's vars/main.yml do not.
 
 Four runs, started together: the default (warnings) with a typo, a role variable and a typo on

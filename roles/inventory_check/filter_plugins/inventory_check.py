@@ -1136,7 +1136,11 @@ def unknown_variables(
     point) nor a name its tasks set at run time, with the nearest known name."""
     inv = Inventory(hostvars, hosts, {}, roles)
     every_known = sorted(
-        {known for interface in roles.values() for known in (*interface["options"], *interface["runtime"])}
+        {
+            known
+            for interface in roles.values()
+            for known in (*interface["options"], *interface["runtime"])
+        }
     )
     for host in hosts:
         for name in inv.names(host):
