@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import bench_model
 import power_floor
 import torch
-from vllm_dualpath import bench_model, unpack
-from vllm_dualpath.bench import SHAPES
-from vllm_dualpath.bench_paths import log
+from vllm_dualpath import unpack
+from vllm_dualpath.calibrate import SHAPES, log
 from vllm_dualpath.marlin_reference import (
     MarlinFp8Layer,
     dequantize_fp8,

@@ -3,7 +3,8 @@ at its power limit: each BF16 activation row is split into two e4m3 parts (hi + 
 row's elements down to 2**-9 of its largest, see ``_split_rows_kernel``), and each 128-wide K block
 takes two FP8 passes against the FP8 weight, its 128x128 block scale applied in fp32.
 
-    PYTHONPATH=files/vllm_dualpath/src python3 tools/fp8_split_gemm.py \\
+    export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
+    python3 tools/fp8_split_gemm.py \\
         --out OUT/fp8-split.json --png OUT/fp8-split.png
 
 Needs a Hopper (or newer) CUDA GPU, NVML and the Marlin library (for vLLM's repack of the
@@ -49,7 +50,7 @@ from dense_stack import (
     one_of_each_shape,
     random_stack,
 )
-from vllm_dualpath.bench_paths import log, require_gpu_and_marlin
+from vllm_dualpath.calibrate import log, require_gpu_and_marlin
 
 TOOL = "fp8_split_gemm"
 ROW_TOP_EXPONENT = 7  # a row's largest element is scaled into [2**7, 2**8), under e4m3's 448

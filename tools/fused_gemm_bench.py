@@ -15,11 +15,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import bench_model
 import result_cli
 import torch
 import triton
-from vllm_dualpath import bench_model
-from vllm_dualpath.bench_paths import configure_overlay, require_gpu_and_marlin
+from vllm_dualpath.calibrate import configure_overlay, require_gpu_and_marlin
 from vllm_dualpath.unpack import unpack_weight
 
 # x [M, K] BF16, the Marlin words, their scales, N, K -> [M, N] BF16

@@ -4,7 +4,8 @@ limit: what a vendor-grade fused W8A16 kernel costs against the overlay's large-
 
     python3 tools/mixed_input/build.py --cutlass-wheel nvidia_cutlass-4.2.0.0-py3-none-any.whl \\
         --out build/mixed_input
-    PYTHONPATH=files/vllm_dualpath/src python3 tools/mixed_input_gemm.py \\
+    export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
+    python3 tools/mixed_input_gemm.py \\
         --out OUT/mixed-input.json --png OUT/mixed-input.png
 
 Needs a Hopper GPU, NVML, the library ``tools/mixed_input/build.py`` builds and the Marlin library
@@ -40,7 +41,7 @@ import result_cli
 import torch
 from dense_stack import BLOCK, Fp8Weight, Linear
 from mixed_input.build import VARIANTS
-from vllm_dualpath.bench_paths import log, require_gpu_and_marlin
+from vllm_dualpath.calibrate import log, require_gpu_and_marlin
 
 TOOL = "mixed_input_gemm"
 DEFAULT_LIBRARY = Path("build/mixed_input/libmixed_input_gemm.so")

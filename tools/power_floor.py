@@ -2,7 +2,8 @@
 limit: how much of the unpack's cost no schedule can hide while the GPU is held at that limit.
 
     export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
-    PYTHONPATH=files/vllm_dualpath/src python3 tools/power_floor.py \\
+    export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
+    python3 tools/power_floor.py \\
         --out OUT/power-floor.json --png OUT/power-floor.png
 
 Needs a CUDA GPU, NVML (the nvidia-ml-py package) and the Marlin library (as the GPU proof does).
@@ -39,12 +40,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import bench_model
 import fused_gemm_bench
+import model_report
 import result_cli
 import torch
 import triton
-from vllm_dualpath import bench_model, model_report, settings, timing, unpack
-from vllm_dualpath.bench_paths import configure_overlay, log, require_gpu_and_marlin
+from vllm_dualpath import settings, timing, unpack
+from vllm_dualpath.calibrate import configure_overlay, log, require_gpu_and_marlin
 
 TOOL = "power_floor"
 M_VALUES = (1024, 2048, 4096, 8192)

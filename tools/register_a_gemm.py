@@ -2,7 +2,8 @@
 beside BF16 cuBLAS and the overlay's unpack + cuBLAS on one Hopper GPU.
 
     export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
-    PYTHONPATH=files/vllm_dualpath/src python3 tools/register_a_gemm.py \\
+    export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
+    python3 tools/register_a_gemm.py \\
         --out OUT/register-a-gemm.json --png OUT/register-a-gemm.png
 
 Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library (as the GPU proof does).

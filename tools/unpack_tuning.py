@@ -2,7 +2,8 @@
 
     export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
     git show REV:files/vllm_dualpath/src/vllm_dualpath/unpack.py > .cache/gpu/unpack_old.py
-    PYTHONPATH=files/vllm_dualpath/src:.cache/gpu python3 tools/unpack_tuning.py
+    export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks:.cache/gpu
+    python3 tools/unpack_tuning.py
 
 Needs a CUDA GPU and vLLM's Marlin ops (VLLM_DUALPATH_MARLIN_LIB, the library
 tools/marlin/build.py builds) to repack the weights; the older kernel is optional (--older names
@@ -20,8 +21,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 import torch
+from bench import copy_bandwidth_gbps
 from vllm_dualpath import timing, unpack
-from vllm_dualpath.bench_paths import require_gpu_and_marlin
+from vllm_dualpath.calibrate import require_gpu_and_marlin
 from vllm_dualpath.marlin_reference import (
     MarlinFp8Layer,
     prepare_fp8_for_marlin,
@@ -146,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         older = importlib.import_module(args.older)
     except ImportError:
         older = None
-    copy = timing.copy_bandwidth_gbps()
+    copy = copy_bandwidth_gbps()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s", flush=True)
     generator = torch.Generator(device="cuda")
     generator.manual_seed(args.seed)

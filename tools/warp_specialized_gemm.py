@@ -3,7 +3,8 @@ memory while two warpgroups run the tensor cores on it, timed beside BF16 cuBLAS
 overlay's unpack + cuBLAS on one Hopper GPU.
 
     export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
-    PYTHONPATH=files/vllm_dualpath/src python3 tools/warp_specialized_gemm.py \\
+    export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
+    python3 tools/warp_specialized_gemm.py \\
         --out OUT/warp-specialized-gemm.json --png OUT/warp-specialized-gemm.png
 
 Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library (as the GPU proof does).

@@ -18,7 +18,7 @@ RESULT = perf_result("fp8_split_gemm", "h100")
 
 PRELUDE = """
 import json, sys, torch
-sys.path[:0] = ['tools', 'files/vllm_dualpath/src']
+sys.path[:0] = ['tools', 'files/vllm_dualpath/src', 'files/vllm_dualpath/benchmarks']
 import fp8_split_gemm as tool
 g = torch.Generator().manual_seed(5)
 """

@@ -22,7 +22,8 @@ def tool(request: pytest.FixtureRequest) -> str:
 def refusal(tool: str, call: str) -> str:
     """What ``tool``'s linear says to ``call`` (on CPU tensors: it must refuse before a launch)."""
     code = (
-        "import sys, torch; sys.path[:0] = ['tools', 'files/vllm_dualpath/src']\n"
+        "import sys, torch\n"
+        "sys.path[:0] = ['tools', 'files/vllm_dualpath/src', 'files/vllm_dualpath/benchmarks']\n"
         f"from {tool} import *\n"
         "x = torch.zeros(4, 96, dtype=torch.bfloat16)\n"
         "try:\n"

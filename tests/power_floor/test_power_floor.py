@@ -18,11 +18,12 @@ import torch
 from tests.conftest import REPO, assert_doc_has_every_path, perf_result
 
 RESULTS = (perf_result("power_floor"), perf_result("power_floor", "h100"))
+OVERLAY = ("files/vllm_dualpath/src", "files/vllm_dualpath/benchmarks")
 
 
 @pytest.fixture(scope="module")
 def tool() -> Iterator[ModuleType]:
-    paths = [str(REPO / "tools"), str(REPO / "files/vllm_dualpath/src")]
+    paths = [str(REPO / d) for d in ("tools", *OVERLAY)]
     sys.path[:0] = paths
     try:
         import power_floor

@@ -4,6 +4,7 @@ Their measurements run only on a GPU (docs/perf/*-h200.md)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,8 @@ def tool(request: pytest.FixtureRequest) -> str:
 
 def command_of(monkeypatch: pytest.MonkeyPatch, tool: str) -> Command:
     """Run the tool as its docs do: the overlay package on PYTHONPATH."""
-    monkeypatch.setenv("PYTHONPATH", str(REPO / "files/vllm_dualpath/src"))
+    overlay = ("files/vllm_dualpath/src", "files/vllm_dualpath/benchmarks")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(str(REPO / path) for path in overlay))
 
     def run(*args: str) -> tuple[int, str]:
         result = run_tool(sys.executable, f"tools/{tool}.py", *args, timeout=300)

@@ -1,6 +1,6 @@
 """Benchmark the dual path against BF16 cuBLAS, Marlin FP8 and unpack + cuBLAS on this GPU.
 
-    python -m vllm_dualpath.bench --calibration table.json --out dualpath.json
+    PYTHONPATH=src python benchmarks/bench.py --calibration table.json --out dualpath.json
 
 For each dense shape and each M it times, side by side in one process: `bf16` (F.linear on the
 dequantized BF16 weight), `marlin` (vLLM's Marlin W8A16 call), `unpack_cublas` (the overlay's
@@ -14,60 +14,50 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from bench_paths import PATHS, make_weight_sets, median_call_us, path_factories, unpack_only_us
 from vllm_dualpath import timing
-from vllm_dualpath.bench_paths import (
-    PATHS,
+from vllm_dualpath.calibrate import (
+    SHAPES,
+    Shape,
     configure_overlay,
     log,
-    make_weight_sets,
-    path_factories,
     require_gpu_and_marlin,
-    unpack_only_us,
+    weight_set_count,
 )
 
 M_VALUES = (1, 2, 4, 8, 16, 20, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-# Rotate weight sets until they span this many bytes of FP8, several times the H200's 60 MB L2.
-ROTATION_BYTES = 256 << 20
-MAX_WEIGHT_SETS = 64
 
 
-@dataclass(frozen=True)
-class Shape:
-    """One dense layer of a tensor-parallel rank: out features N, in features K."""
+def copy_bandwidth_gbps(nbytes: int = 2 << 30, repeats: int = 20) -> float:
+    """Device-to-device copy bandwidth, counting bytes read plus bytes written.
 
-    name: str
-    n: int
-    k: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.n}x{self.k}"
-
-
-# A TP2 rank of a GLM-4.5/4.6-class MoE model (hidden 5120, 96 query and 8 KV heads of 128,
-# shared expert 1536, dense-layer MLP 12288, vocabulary 151552), plus shapes Marlin must pad.
-SHAPES = (
-    Shape("qkv_proj", 7168, 5120),
-    Shape("o_proj", 5120, 6144),
-    Shape("shared_gate_up", 1536, 5120),
-    Shape("shared_down", 5120, 768),
-    Shape("dense_gate_up", 12288, 5120),
-    Shape("lm_head", 75776, 5120),
-    Shape("odd_k_2880", 2880, 2880),
-    Shape("odd_n_4100", 4100, 5120),
-)
-
-
-def weight_set_count(n: int, k: int) -> int:
-    return max(2, min(MAX_WEIGHT_SETS, math.ceil(ROTATION_BYTES / (n * k))))
+    The best of a plain `copy_` (eager, timed with events) and an SM copy kernel in a graph:
+    a memcpy node inside a CUDA graph can run slower than the same copy launched eagerly.
+    """
+    count = nbytes // 2
+    source = torch.empty(count, dtype=torch.bfloat16, device="cuda").normal_()
+    target = torch.empty_like(source)
+    moved = 2 * count * source.element_size()
+    target.copy_(source)
+    torch.cuda.synchronize()
+    eager = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        target.copy_(source)
+        end.record()
+        end.synchronize()
+        eager.append(start.elapsed_time(end) / 1e3)
+    kernel_us = median_call_us([lambda: torch.neg(source, out=target)], budget_s=0.3)
+    best_s = min(statistics.median(eager), kernel_us * 1e-6)
+    return moved / best_s / 1e9
 
 
 def gpu_name() -> str:
@@ -84,7 +74,7 @@ def run(
     out: Path,
 ) -> dict[str, object]:
     started = time.monotonic()
-    copy_gbps = timing.copy_bandwidth_gbps()
+    copy_gbps = copy_bandwidth_gbps()
     log(f"{gpu_name()}: device copy {copy_gbps:.0f} GB/s (read + write)")
     rows: list[dict[str, object]] = []
     unpack_gbps: dict[str, float] = {}
@@ -143,9 +133,7 @@ def progress_line(medians: dict[str, float]) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m vllm_dualpath.bench", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="bench.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
     parser.add_argument("--calibration", type=Path, help="calibration table for the dual path")
     parser.add_argument("--marlin-lib", help="Marlin library from tools/marlin/build.py")

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 
-from vllm_dualpath import calibration, op, scratch, settings, timing, unpack
+from vllm_dualpath import scratch, settings, timing, unpack
+from vllm_dualpath.calibrate import marlin_call, unpack_call
 from vllm_dualpath.marlin_reference import (
-    MARLIN_LIBRARY_ENV,
     MarlinFp8Layer,
-    apply_fp8_marlin_linear,
     dequantize_fp8,
-    load_marlin_library,
-    marlin_linear,
     prepare_fp8_for_marlin,
     random_fp8_weight,
     random_scales,
@@ -50,11 +45,6 @@ def make_weight_sets(
     return sets
 
 
-def log(message: str) -> None:
-    """Progress for the benchmark commands, on stderr (their results go to files)."""
-    print(message, file=sys.stderr, flush=True)
-
-
 PathFactory = Callable[[WeightSet, torch.Tensor], Callable[[], object]]
 
 
@@ -63,27 +53,12 @@ def _bf16(w: WeightSet, x: torch.Tensor) -> Callable[[], object]:
 
 
 def _marlin(w: WeightSet, x: torch.Tensor) -> Callable[[], object]:
-    return lambda: marlin_linear(x, w.marlin)
+    return marlin_call(w.marlin, x)
 
 
 def _unpack_cublas(channel_scale: str) -> PathFactory:
     def factory(w: WeightSet, x: torch.Tensor) -> Callable[[], object]:
-        layer = w.marlin
-        buffer = scratch.acquire(x.device, layer.size_n * layer.size_k)
-
-        def call() -> torch.Tensor:
-            return op.unpack_linear(
-                x,
-                layer.qweight,
-                layer.scales,
-                layer.size_n,
-                layer.size_k,
-                layer.bias,
-                buffer,
-                channel_scale,
-            )
-
-        return call
+        return unpack_call(w.marlin, x, channel_scale)
 
     return factory
 
@@ -109,6 +84,11 @@ def path_factories(channel_scale: str) -> dict[str, PathFactory]:
     }
 
 
+def median_call_us(calls: timing.Calls, budget_s: float = timing.DEFAULT_BUDGET_S) -> float:
+    """Median microseconds per call of `calls` (one per weight set), timed as graph replays."""
+    return timing.median_call_us_side_by_side({"only": calls}, budget_s)["only"]
+
+
 def unpack_only_us(weights: Sequence[WeightSet], budget_s: float, channel_scale: str) -> float:
     """The unpack alone, as the large-M path runs it (scales folded in unless channel-wise
     scales go to the GEMM epilogue)."""
@@ -123,28 +103,4 @@ def unpack_only_us(weights: Sequence[WeightSet], budget_s: float, channel_scale:
         scales = None if channel_epilogue else layer.scales
         return lambda: unpack.unpack_weight(layer.qweight, scales, n, k, out=buffer)
 
-    return timing.median_call_us([one(layer) for layer in layers], budget_s)
-
-
-def configure_overlay(
-    table_path: Path | None, channel_scale: str | None = None
-) -> settings.Settings:
-    """Settings from the environment, this calibration table, and the reference Marlin call."""
-    current = settings.load()
-    if channel_scale is not None:
-        current = replace(current, channel_scale=channel_scale)
-    table = calibration.load(table_path) if table_path is not None else None
-    op.configure(current, table)
-    op.install_marlin_apply(apply_fp8_marlin_linear)
-    return current
-
-
-def require_gpu_and_marlin(marlin_lib: str | None, command: str) -> None:
-    """Stop with a message naming the command unless a CUDA GPU and vLLM's Marlin ops are here."""
-    if not torch.cuda.is_available():
-        raise SystemExit(f"{command} needs a CUDA GPU")
-    if not load_marlin_library(marlin_lib):
-        raise SystemExit(
-            f"Marlin ops not found: set {MARLIN_LIBRARY_ENV} or pass --marlin-lib (the library "
-            "tools/marlin/build.py builds), or run where vLLM is installed"
-        )
+    return median_call_us([one(layer) for layer in layers], budget_s)

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_dualpath.bench import Shape
+from vllm_dualpath.calibrate import Shape
 
 HEAD_DIM = 128
 LINK_PROGRAMS = 2  # spinning programs of the all-reduce stand-in, as NCCL's channels

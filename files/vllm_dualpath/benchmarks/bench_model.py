@@ -1,6 +1,6 @@
 """Model-level benchmark: a stack of dense layers run in forward order, as a prefill step sees them.
 
-    python -m vllm_dualpath.bench_model --out model.json
+    PYTHONPATH=src python benchmarks/bench_model.py --out model.json
 
 Decoder layers of a TP2 rank (qkv, o_proj, shared-expert gate_up and down; each layer its own
 weights) run one after another for each M. Paths, timed side by side in turns: `bf16` (F.linear
@@ -37,17 +37,12 @@ from pathlib import Path
 
 import torch
 
-from vllm_dualpath import ahead, op, scratch, settings, step_work, unpack
-from vllm_dualpath.bench import SHAPES, Shape
-from vllm_dualpath.bench_paths import (
-    WeightSet,
-    configure_overlay,
-    log,
-    make_weight_sets,
-    require_gpu_and_marlin,
-)
+import step_work
+from bench_paths import WeightSet, make_weight_sets
+from model_report import SLOT_FREE, path_of_depth
+from vllm_dualpath import ahead, op, scratch, settings, unpack
+from vllm_dualpath.calibrate import SHAPES, Shape, configure_overlay, log, require_gpu_and_marlin
 from vllm_dualpath.marlin_reference import marlin_linear
-from vllm_dualpath.model_report import SLOT_FREE, path_of_depth
 
 M_VALUES = (512, 1024, 2048, 4096, 8192)
 LAYER_SHAPES = step_work.DECODER_LAYERS
@@ -318,9 +313,7 @@ def run(
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m vllm_dualpath.bench_model", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="bench_model.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
     parser.add_argument("--marlin-lib", help="Marlin library from tools/marlin/build.py")
     parser.add_argument("--decoder-layers", type=int, default=4, help="decoder layers stacked")

@@ -1,6 +1,7 @@
-"""Targets, ratios and a plot from a benchmark JSON (python -m vllm_dualpath.bench).
+"""Targets, ratios and a plot from a benchmark JSON (bench.py).
 
-    python -m vllm_dualpath.bench_report dualpath.json --png dualpath.png --markdown targets.md
+    PYTHONPATH=src python benchmarks/bench_report.py dualpath.json --png dualpath.png \\
+        --markdown targets.md
 
 Needs matplotlib for the plot only; runs anywhere (no GPU).
 """
@@ -198,10 +199,8 @@ def plot(result: dict[str, Any], png: Path, names: dict[str, str] | None = None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m vllm_dualpath.bench_report", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("result", type=Path, help="JSON written by vllm_dualpath.bench")
+    parser = argparse.ArgumentParser(prog="bench_report.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("result", type=Path, help="JSON written by bench.py")
     parser.add_argument("--png", type=Path, help="plot to write")
     parser.add_argument("--markdown", type=Path, help="targets and ratio tables to write")
     args = parser.parse_args(argv)
@@ -210,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         state = "met" if check.met else "MISSED"
         print(f"{state:6s} {check.target}: worst {check.worst:.3f} at {check.where}")
     if args.png:
-        from vllm_dualpath.bench import SHAPES
+        from vllm_dualpath.calibrate import SHAPES
 
         plot(result, args.png, {s.key: s.name for s in SHAPES})
     if args.markdown:

@@ -1,7 +1,8 @@
-"""Targets, a table and a plot from a model-level benchmark (python -m vllm_dualpath.bench_model).
+"""Targets, a table and a plot from a model-level benchmark (bench_model.py).
 
-    python -m vllm_dualpath.model_report model.json --png model.png --markdown model.md
-    python -m vllm_dualpath.model_report step-a.json step-b.json --png steps.png --markdown steps.md
+    PYTHONPATH=src python benchmarks/model_report.py model.json --png model.png --markdown model.md
+    PYTHONPATH=src python benchmarks/model_report.py step-a.json step-b.json --png steps.png \\
+        --markdown steps.md
 
 Needs matplotlib for the plot only; runs anywhere (no GPU).
 """
@@ -402,14 +403,12 @@ def plot_panels(results: Sequence[dict[str, Any]], png: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m vllm_dualpath.model_report", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="model_report.py", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "results",
         type=Path,
         nargs="+",
-        help="JSON written by vllm_dualpath.bench_model; several are reported one after another",
+        help="JSON written by bench_model.py; several are reported one after another",
     )
     parser.add_argument("--png", type=Path, help="plot to write")
     parser.add_argument("--markdown", type=Path, help="targets and table to write")
