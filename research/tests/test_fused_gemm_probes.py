@@ -1,6 +1,6 @@
 """The fused GEMM probes' checks, without a GPU: the kernels themselves run only on a Hopper GPU
-(docs/perf/register-a-gemm-h200.md, docs/perf/warp-specialized-gemm-h200.md), where each command
-checks its accuracy before it times anything. Their command lines: tests/tool_commands."""
+(results/register-a-gemm-h200.md, results/warp-specialized-gemm-h200.md), where each command
+checks its accuracy before it times anything. Their command lines: test_tool_commands.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import json
 import sys
 
 import pytest
-
-from tests.conftest import output_of, perf_result, run_tool
+from studies import committed_result, output_of, probe_command, run
 
 TOOLS = ("register_a_gemm", "warp_specialized_gemm")
 
@@ -22,8 +21,7 @@ def tool(request: pytest.FixtureRequest) -> str:
 def refusal(tool: str, call: str) -> str:
     """What ``tool``'s linear says to ``call`` (on CPU tensors: it must refuse before a launch)."""
     code = (
-        "import sys, torch\n"
-        "sys.path[:0] = ['tools', 'files/vllm_dualpath/src', 'files/vllm_dualpath/benchmarks']\n"
+        "import torch\n"
         f"from {tool} import *\n"
         "x = torch.zeros(4, 96, dtype=torch.bfloat16)\n"
         "try:\n"
@@ -31,7 +29,7 @@ def refusal(tool: str, call: str) -> str:
         "except ValueError as error:\n"
         "    print('refused:', error)\n"
     )
-    return output_of(run_tool(sys.executable, "-c", code, timeout=300))
+    return output_of(run(sys.executable, "-c", code))
 
 
 def test_register_a_refuses_k_it_cannot_step_through() -> None:
@@ -60,9 +58,10 @@ def test_warp_specialized_refuses_shapes_it_does_not_tile(
 
 
 def test_the_committed_results_passed_their_accuracy_check(tool: str) -> None:
-    result = json.loads(perf_result(tool).read_text())
+    result = json.loads(committed_result(tool).read_text())
     names = [config["name"] for config in result["configs"]]
-    assert result["command"].startswith(f"python3 tools/{tool}.py --out ")
+    assert probe_command(result)[0] == f"{tool}.py"
+    assert probe_command(result)[1][0] == "--out"
     for row in result["accuracy"]:
         for name in names:
             assert row[name] <= 1.5 * row["cublas"], (row["layer"], row["m"], name)

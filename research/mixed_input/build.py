@@ -7,7 +7,7 @@ neither torch nor network access. Each variant in ``VARIANTS`` is one compilatio
 ``<variant>_run``, ``_workspace``, ``_prepare_weight`` and ``_status_string`` the
 ``mixed_input_gemm`` tool calls.
 
-    python3 tools/mixed_input/build.py --out build/mixed_input \\
+    python3 research/mixed_input/build.py --out build/mixed_input \\
         --cutlass-wheel .cache/gpu/nvidia_cutlass-4.2.0.0-py3-none-any.whl
 
 Nothing built here belongs in the repository: the output folder is git-ignored.

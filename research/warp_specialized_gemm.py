@@ -4,7 +4,7 @@ overlay's unpack + cuBLAS on one Hopper GPU.
 
     export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
     export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
-    python3 tools/warp_specialized_gemm.py \\
+    python3 research/warp_specialized_gemm.py \\
         --out OUT/warp-specialized-gemm.json --png OUT/warp-specialized-gemm.png
 
 Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library (as the GPU proof does).
@@ -19,7 +19,7 @@ warpgroups that share a ring of shared-memory stages:
 - at the end, each MMA warpgroup's output tile leaves by TMA through an X stage.
 No BF16 copy of the weight outlives its stage. Before timing, every layer's output is checked
 against an FP32 reference (``fused_gemm_bench``). Results:
-docs/perf/warp-specialized-gemm-h200.md.
+research/results/warp-specialized-gemm-h200.md.
 """
 
 from __future__ import annotations

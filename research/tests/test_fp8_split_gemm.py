@@ -1,8 +1,8 @@
 """The FP8-split probe without a GPU: its row split and its GEMM on CPU tensors through Triton's
 interpreter (in a child process, where TRITON_INTERPRET=1 is set before Triton loads), its
-refusals, and the committed result against its doc (docs/perf/fp8-split-gemm-h100.md). The
+refusals, and the committed result against its doc (results/fp8-split-gemm-h100.md). The
 measurement runs only on a Hopper GPU; the command line, its window settings included:
-tests/tool_commands."""
+test_tool_commands.py."""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ import sys
 from typing import Any
 
 import pytest
+from studies import assert_doc_has_every_path, committed_result, output_of, probe_command, run
 
-from tests.conftest import assert_doc_has_every_path, output_of, perf_result, run_tool
-
-RESULT = perf_result("fp8_split_gemm", "h100")
+RESULT = committed_result("fp8_split_gemm", "h100")
 
 PRELUDE = """
-import json, sys, torch
-sys.path[:0] = ['tools', 'files/vllm_dualpath/src', 'files/vllm_dualpath/benchmarks']
+import json, torch
 import fp8_split_gemm as tool
 g = torch.Generator().manual_seed(5)
 """
@@ -37,20 +35,16 @@ x = x.to(torch.bfloat16)
 """
 
 
-def interpreted(monkeypatch: pytest.MonkeyPatch, body: str) -> dict[str, Any]:
+def interpreted(body: str) -> dict[str, Any]:
     """Run ``body`` after PRELUDE with Triton's interpreter; it prints one JSON line last."""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    result = run_tool(sys.executable, "-c", PRELUDE + body, timeout=900)
+    result = run(sys.executable, "-c", PRELUDE + body, timeout=900, TRITON_INTERPRET="1")
     output = output_of(result)
     assert result.returncode == 0, output
     return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-def test_the_split_is_exact_down_to_2_to_the_minus_9_of_each_row(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_split_is_exact_down_to_2_to_the_minus_9_of_each_row() -> None:
     checks = interpreted(
-        monkeypatch,
         ACTIVATIONS
         + """
 hi, lo, inverse = tool.split(x)
@@ -79,11 +73,8 @@ print(json.dumps({
     assert checks["rounded_up_hi"] == [256.0, 240.0]  # 254 rounds into the next binade
 
 
-def test_the_gemm_is_the_block_by_block_product_of_the_parts(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_gemm_is_the_block_by_block_product_of_the_parts() -> None:
     checks = interpreted(
-        monkeypatch,
         ACTIVATIONS
         + """
 from vllm_dualpath.marlin_reference import dequantize_fp8, random_fp8_weight, random_scales
@@ -121,11 +112,8 @@ print(json.dumps({
         ("tool.split_linear(x, weight(256, 256))", "x has K=128, the weight K=256"),
     ],
 )
-def test_it_refuses_what_it_does_not_tile(
-    monkeypatch: pytest.MonkeyPatch, call: str, message: str
-) -> None:
+def test_it_refuses_what_it_does_not_tile(call: str, message: str) -> None:
     checks = interpreted(
-        monkeypatch,
         f"""
 x = torch.zeros(4, 128, dtype=torch.bfloat16)
 def weight(n, k):
@@ -143,7 +131,8 @@ except ValueError as error:
 
 def test_the_committed_result_passed_its_accuracy_check() -> None:
     result = json.loads(RESULT.read_text())
-    assert result["command"].startswith("python3 tools/fp8_split_gemm.py --m ")
+    assert probe_command(result)[0] == "fp8_split_gemm.py"
+    assert probe_command(result)[1][0] == "--m"
     assert len(result["accuracy"]) == 8
     for row in result["accuracy"]:
         assert row["fp8_split_vs_unrounded"] <= 1.5 * row["bf16"], row

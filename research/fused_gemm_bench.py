@@ -176,7 +176,7 @@ def main(probe: Probe, description: str, argv: Sequence[str] | None = None) -> i
     stack = bench_model.build_stack(4, g)
     arguments = list(sys.argv[1:] if argv is None else argv)
     result = {
-        "command": " ".join([f"python3 tools/{probe.tool}.py", *arguments]),
+        "command": " ".join([f"python3 research/{probe.tool}.py", *arguments]),
         "device": torch.cuda.get_device_name(),
         "versions": {
             "python": platform.python_version(),

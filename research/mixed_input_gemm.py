@@ -2,13 +2,13 @@
 the tensor cores) beside BF16 and unpack + cuBLAS, in sustained passes on one GPU at its power
 limit: what a vendor-grade fused W8A16 kernel costs against the overlay's large-M path.
 
-    python3 tools/mixed_input/build.py --cutlass-wheel nvidia_cutlass-4.2.0.0-py3-none-any.whl \\
+    python3 research/mixed_input/build.py --cutlass-wheel nvidia_cutlass-4.2.0.0-py3-none-any.whl \\
         --out build/mixed_input
     export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
-    python3 tools/mixed_input_gemm.py \\
+    python3 research/mixed_input_gemm.py \\
         --out OUT/mixed-input.json --png OUT/mixed-input.png
 
-Needs a Hopper GPU, NVML, the library ``tools/mixed_input/build.py`` builds and the Marlin library
+Needs a Hopper GPU, NVML, the library ``mixed_input/build.py`` builds and the Marlin library
 (for vLLM's repack of the weights the unpack reads). The stack is ``bench_model``'s dense step
 (sixteen dense layers of a TP2 rank), each layer with its own FP8 weight and 128x128 BF16 block
 scales. Paths, each timed as ``power_floor`` times its paths (windows of back-to-back passes, the
@@ -23,7 +23,7 @@ energy counter read around each, the paths in turns):
   W8A16 kernel does, a lower bound on its cost rather than a product the overlay could use.
 
 Every path is checked against FP32 first (exits non-zero when a CUTLASS variant is off).
-Result: docs/perf/mixed-input-gemm-h100.md.
+Result: research/results/mixed-input-gemm-h100.md.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ COLORS = {
 
 
 class Functions(NamedTuple):
-    """One variant's C functions (tools/mixed_input/mixed_input_gemm.cu says what each does)."""
+    """One variant's C functions (research/mixed_input/mixed_input_gemm.cu says what each does)."""
 
     run: Any
     workspace: Any
@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--library",
         type=Path,
         default=DEFAULT_LIBRARY,
-        help=f"what tools/mixed_input/build.py built (default {DEFAULT_LIBRARY})",
+        help=f"what research/mixed_input/build.py built (default {DEFAULT_LIBRARY})",
     )
     args = parser.parse_args(argv)
     if result_cli.replotted(parser, args, plot):
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     m_values = power_floor.m_values_of(parser, args)
     require_gpu_and_marlin(None, TOOL)
     if not args.library.is_file():
-        raise SystemExit(f"{args.library}: not built (run tools/mixed_input/build.py)")
+        raise SystemExit(f"{args.library}: not built (run research/mixed_input/build.py)")
     arguments = list(sys.argv[1:] if argv is None else argv)
     result = run(args.library, m_values, args.window_s, args.turns, arguments)
     result_cli.save(args, result, plot)

@@ -1,6 +1,6 @@
 """The CUTLASS mixed-input measurement without a GPU: its build's refusals and the committed result
-against its doc (docs/perf/mixed-input-gemm-h100.md). The build needs nvcc and the kernels a Hopper
-GPU; the tool's command line: tests/tool_commands."""
+against its doc (results/mixed-input-gemm-h100.md). The build needs nvcc and the kernels a Hopper
+GPU; the probe's command line: test_tool_commands.py."""
 
 from __future__ import annotations
 
@@ -10,21 +10,20 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from studies import assert_doc_has_every_path, committed_result, output_of, probe_command, run
 
-from tests.conftest import assert_doc_has_every_path, output_of, perf_result, run_tool
-
-RESULT = perf_result("mixed_input_gemm", "h100")
+RESULT = committed_result("mixed_input_gemm", "h100")
 # the same command run again on another machine of the same kind; its tables are in RESULT's doc
 REPEAT = RESULT.with_name("mixed-input-gemm-h100-repeat.json")
 RESULTS = (RESULT, REPEAT)
 
 
 def build(out: Path, *args: str, path: str | None = None) -> tuple[int, str]:
-    command = (sys.executable, "tools/mixed_input/build.py", "--out", str(out / "build"), *args)
+    command = (sys.executable, "research/mixed_input/build.py", "--out", str(out / "build"), *args)
     if path is None:
-        result = run_tool(*command, timeout=60)
+        result = run(*command, timeout=60)
     else:
-        result = run_tool("/usr/bin/env", f"PATH={path}", *command, timeout=60)
+        result = run("/usr/bin/env", f"PATH={path}", *command, timeout=60)
     return result.returncode, output_of(result)
 
 
@@ -65,7 +64,8 @@ def test_the_build_says_when_nvcc_is_missing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("result_path", RESULTS, ids=lambda path: path.stem)
 def test_the_committed_results_passed_their_accuracy_check(result_path: Path) -> None:
     result = json.loads(result_path.read_text())
-    assert result["command"].startswith("python3 tools/mixed_input_gemm.py --m ")
+    assert probe_command(result)[0] == "mixed_input_gemm.py"
+    assert probe_command(result)[1][0] == "--m"
     assert len(result["accuracy"]) == 8
     paths = result["rows"][0]["paths"]
     cutlass = [name for name in paths if name.startswith(("convert", "scaled"))]

@@ -3,7 +3,7 @@ beside BF16 cuBLAS and the overlay's unpack + cuBLAS on one Hopper GPU.
 
     export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
     export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
-    python3 tools/register_a_gemm.py \\
+    python3 research/register_a_gemm.py \\
         --out OUT/register-a-gemm.json --png OUT/register-a-gemm.png
 
 Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library (as the GPU proof does).
@@ -20,7 +20,7 @@ overlapped (two sets, one MMA always in flight).
 
 Before timing, every layer's output is checked against an FP32 reference: its error must be
 within 1.5x the error cuBLAS makes on the dequantized BF16 weight, or the command exits non-zero.
-Results: docs/perf/register-a-gemm-h200.md.
+Results: research/results/register-a-gemm-h200.md.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def register_a_linear(
     overlap: bool = True,
 ) -> torch.Tensor:
     """x [M, size_k] BF16 @ the Marlin FP8 weight's BF16 values, transposed: [M, size_n]. The
-    defaults are the tile measured fastest on an H200 (docs/perf/register-a-gemm-h200.md)."""
+    defaults are the tile measured fastest on an H200 (research/results/register-a-gemm-h200.md)."""
     groups = scales.shape[0]
     if x.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[1] != size_k:
         raise ValueError(f"x must be BF16 [M, {size_k}], got {x.dtype} {tuple(x.shape)}")

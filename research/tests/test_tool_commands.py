@@ -1,19 +1,17 @@
-"""The measuring tools' shared command line (``tools/result_cli.py``), without a GPU: each one
-redraws its committed result anywhere and refuses what it cannot do before measuring anything.
-Their measurements run only on a GPU (docs/perf/*-h200.md)."""
+"""The probes' shared command line (``result_cli.py``), without a GPU: each one redraws its
+committed result anywhere and refuses what it cannot do before measuring anything. Their
+measurements run only on a GPU (results/)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import studies
 import torch
 from matplotlib.image import imread
-
-from tests.conftest import REPO, output_of, perf_result, run_tool
 
 TOOLS = (
     "register_a_gemm",
@@ -22,7 +20,7 @@ TOOLS = (
     "fp8_split_gemm",
     "mixed_input_gemm",
 )
-# the GPU each tool's committed result ran on, where it is not the H200
+# the GPU each probe's committed result ran on, where it is not the H200
 RESULT_GPU = {"fp8_split_gemm": "h100", "mixed_input_gemm": "h100"}
 
 Command = Callable[..., tuple[int, str]]
@@ -33,28 +31,25 @@ def tool(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def command_of(monkeypatch: pytest.MonkeyPatch, tool: str) -> Command:
-    """Run the tool as its docs do: the overlay package on PYTHONPATH."""
-    overlay = ("files/vllm_dualpath/src", "files/vllm_dualpath/benchmarks")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(str(REPO / path) for path in overlay))
+def command_of(tool: str) -> Command:
+    """Run the probe as its docs do: the overlay package and its benchmarks on PYTHONPATH."""
 
     def run(*args: str) -> tuple[int, str]:
-        result = run_tool(sys.executable, f"tools/{tool}.py", *args, timeout=300)
-        return result.returncode, output_of(result)
+        result = studies.run(sys.executable, f"research/{tool}.py", *args)
+        return result.returncode, studies.output_of(result)
 
     return run
 
 
 @pytest.fixture
-def command(monkeypatch: pytest.MonkeyPatch, tool: str) -> Command:
-    return command_of(monkeypatch, tool)
+def command(tool: str) -> Command:
+    return command_of(tool)
 
 
 def test_replot_draws_the_committed_result(command: Command, tool: str, tmp_path: Path) -> None:
     png = tmp_path / "plot.png"
-    code, output = command(
-        "--replot", str(perf_result(tool, RESULT_GPU.get(tool, "h200"))), "--png", str(png)
-    )
+    result = studies.committed_result(tool, RESULT_GPU.get(tool, "h200"))
+    code, output = command("--replot", str(result), "--png", str(png))
     assert code == 0, output
     height, width, _ = imread(png).shape
     assert width > 800 and height > 300
@@ -101,8 +96,8 @@ def test_without_a_gpu_it_says_so_and_writes_nothing(
     ],
 )
 def test_power_limit_tools_refuse_bad_settings(
-    monkeypatch: pytest.MonkeyPatch, name: str, args: tuple[str, ...], message: str
+    name: str, args: tuple[str, ...], message: str
 ) -> None:
-    code, output = command_of(monkeypatch, name)("--out", "result.json", *args)
+    code, output = command_of(name)("--out", "result.json", *args)
     assert code == 2
     assert message in output

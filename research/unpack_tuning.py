@@ -3,7 +3,7 @@
     export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
     git show REV:files/vllm_dualpath/src/vllm_dualpath/unpack.py > .cache/gpu/unpack_old.py
     export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks:.cache/gpu
-    python3 tools/unpack_tuning.py
+    python3 research/unpack_tuning.py
 
 Needs a CUDA GPU and vLLM's Marlin ops (VLLM_DUALPATH_MARLIN_LIB, the library
 tools/marlin/build.py builds) to repack the weights; the older kernel is optional (--older names

@@ -4,7 +4,7 @@ row's elements down to 2**-9 of its largest, see ``_split_rows_kernel``), and ea
 takes two FP8 passes against the FP8 weight, its 128x128 block scale applied in fp32.
 
     export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
-    python3 tools/fp8_split_gemm.py \\
+    python3 research/fp8_split_gemm.py \\
         --out OUT/fp8-split.json --png OUT/fp8-split.png
 
 Needs a Hopper (or newer) CUDA GPU, NVML and the Marlin library (for vLLM's repack of the
@@ -24,7 +24,7 @@ each, the paths in turns):
 * ``split_only``: the row splits alone.
 
 Every path but the two references is checked against FP32 first (exits non-zero when the split
-path is off). Result: docs/perf/fp8-split-gemm-h100.md.
+path is off). Result: research/results/fp8-split-gemm-h100.md.
 """
 
 from __future__ import annotations

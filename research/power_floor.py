@@ -3,7 +3,7 @@ limit: how much of the unpack's cost no schedule can hide while the GPU is held 
 
     export VLLM_DUALPATH_MARLIN_LIB=build/marlin/libvllm_marlin_fp8.so
     export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
-    python3 tools/power_floor.py \\
+    python3 research/power_floor.py \\
         --out OUT/power-floor.json --png OUT/power-floor.png
 
 Needs a CUDA GPU, NVML (the nvidia-ml-py package) and the Marlin library (as the GPU proof does).
@@ -25,7 +25,8 @@ power). BF16's GEMMs plus the unpacks' dynamic energy, spent at the limit, take
 (E_bf16 + E_unpack) / (P_limit - P_idle) at the least, whatever overlaps what; divided by BF16's
 own time this is the fixed-clock ``floor`` (the idle power stands in for the static power).
 ``floors`` also gives it with the GEMMs' clock lowered to make room. Results:
-docs/perf/power-floor-h200.md, docs/perf/power-floor-h100.md (with both added paths).
+research/results/power-floor-h200.md and research/results/power-floor-h100.md (with both added
+paths).
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def result_header(
 ) -> dict[str, Any]:
     """What each result of a power-limit tool starts with: command, machine, settings."""
     return {
-        "command": " ".join([f"python3 tools/{tool}.py", *argv]),
+        "command": " ".join([f"python3 research/{tool}.py", *argv]),
         "device": torch.cuda.get_device_name(),
         "driver": gauge.nvml.nvmlSystemGetDriverVersion(),
         "versions": {
@@ -500,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--fused",
         action="store_true",
-        help="also run the warp-specialized fused GEMM (tools/warp_specialized_gemm.py; Hopper)",
+        help="also run the warp-specialized fused GEMM (warp_specialized_gemm.py; Hopper)",
     )
     parser.add_argument(
         "--l2-chunk-mib",
