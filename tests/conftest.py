@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,30 +51,6 @@ def run_local_play(
 def output_of(result: subprocess.CompletedProcess[str], lines: int = 200) -> str:
     text = (result.stdout or "") + (result.stderr or "")
     return "\n".join(text.splitlines()[-lines:])
-
-
-def perf_result(tool: str, gpu: str = "h200") -> Path:
-    """The committed result of ``tools/<tool>.py`` on ``gpu``."""
-    return REPO / "docs/perf" / f"{tool.replace('_', '-')}-{gpu}.json"
-
-
-def assert_doc_has_every_path(result_path: Path, doc: Path | None = None) -> None:
-    """The committed result's doc (by default the .md beside it) gives, in its table rows for
-    each M, BF16's time and power per pass and every other path's time and energy / BF16 and its
-    power."""
-    result = json.loads(result_path.read_text())
-    lines = (doc or result_path.with_suffix(".md")).read_text().splitlines()
-    for row in result["rows"]:
-        m, bf16 = row["m"], row["paths"]["bf16"]
-        rows = "\n".join(line for line in lines if line.startswith(f"| {m} | "))
-        assert f"| {m} | {bf16['us_per_pass']:.0f} us, {bf16['mean_power_w']:.0f} W" in rows, m
-        for name, path in row["paths"].items():
-            if name == "bf16":
-                continue
-            time = path["us_per_pass"] / bf16["us_per_pass"]
-            energy = path["j_per_pass"] / bf16["j_per_pass"]
-            cell = rf"{time:.3f}x( time)?, {energy:.3f}x( energy)?, {path['mean_power_w']:.0f} W"
-            assert re.search(cell, rows), (m, name, cell)
 
 
 @pytest.fixture(scope="session")

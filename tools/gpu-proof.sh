@@ -14,7 +14,8 @@ shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
 package="$root/files/vllm_dualpath"
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 PYTHONPATH="$package/src${PYTHONPATH:+:$PYTHONPATH}"
+# The package (what the wheel ships) and the benchmarks beside it.
+export PYTHONUNBUFFERED=1 PYTHONPATH="$package/src:$package/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
 export VLLM_DUALPATH_MARLIN_LIB="$root/build/marlin/libvllm_marlin_fp8.so"
 unset TRITON_INTERPRET
 
@@ -39,8 +40,8 @@ tail -3 "$out/tests.log"
 
 timeout 300 python3 -m vllm_dualpath.calibrate --out "$out/calibration.json" 2>&1 \
   | tee "$out/calibrate.log" || exit 1
-timeout 500 python3 -m vllm_dualpath.bench --calibration "$out/calibration.json" \
+timeout 500 python3 "$package/benchmarks/bench.py" --calibration "$out/calibration.json" \
   --out "$out/dualpath.json" "$@" 2>&1 | tee "$out/bench.log" || exit 1
-timeout 300 python3 -m vllm_dualpath.bench_model --out "$out/model.json" 2>&1 \
+timeout 300 python3 "$package/benchmarks/bench_model.py" --out "$out/model.json" 2>&1 \
   | tee "$out/model.log" || exit 1
 exit "$tests_status"

@@ -88,3 +88,24 @@ def test_the_real_overlay_builds(overlay_release: ModuleType, tmp_path: Path) ->
         names = tar.getnames()
     assert any(n.endswith("/site/vllm_dualpath/plugin.py") for n in names)
     assert any(n.endswith(".dist-info/entry_points.txt") for n in names)
+
+
+def test_only_what_the_wheel_ships_names_the_release(
+    overlay_release: ModuleType, tmp_path: Path
+) -> None:
+    """The benchmarks and tests beside the package are not in the wheel: editing them leaves the
+    release as it was, editing a shipped module makes a new one."""
+    source = tmp_path / "src"
+    shutil.copytree(
+        REPO / "files/vllm_dualpath",
+        source,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", ".*"),
+    )
+    first = build(overlay_release, source, tmp_path / "a")
+    for beside in ("benchmarks/bench.py", "benchmarks/model_report.py", "tests/test_op.py"):
+        with (source / beside).open("a", encoding="utf-8") as file:
+            file.write("# edited\n")
+    assert build(overlay_release, source, tmp_path / "b")["release"] == first["release"]
+    with (source / "src/vllm_dualpath/op.py").open("a", encoding="utf-8") as file:
+        file.write("# edited\n")
+    assert build(overlay_release, source, tmp_path / "c")["release"] != first["release"]

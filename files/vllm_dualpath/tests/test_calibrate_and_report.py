@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from vllm_dualpath import calibrate, calibration, model_report, op, settings
-from vllm_dualpath.bench_report import checks
+import model_report
+from bench_report import checks
+from vllm_dualpath import calibrate, calibration, op, settings
 from vllm_dualpath.calibrate import M_GRID, crossover
 
 

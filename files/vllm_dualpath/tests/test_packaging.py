@@ -1,4 +1,5 @@
-"""The package as vLLM meets it: an installed wheel, found through its entry point."""
+"""The package as vLLM meets it: an installed wheel, found through its entry point, holding the
+package alone."""
 
 from __future__ import annotations
 
@@ -15,6 +16,24 @@ import pytest
 import vllm_sources
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+# What every node loads: the plugin and what it runs at serve time, the calibration table's reader,
+# and the calibration command the nodes run (with the timing and the Marlin-format layers it
+# measures with). The benchmarks and their reports stay beside the package, in benchmarks/.
+SHIPPED_MODULES = {
+    "__init__",
+    "ahead",
+    "calibrate",
+    "calibration",
+    "calls",
+    "layout",
+    "marlin_reference",
+    "op",
+    "plugin",
+    "scratch",
+    "settings",
+    "timing",
+    "unpack",
+}
 
 
 def _python(code: str, pythonpath: list[Path], cwd: Path) -> dict:
@@ -102,6 +121,34 @@ def test_entry_point_of_the_installed_wheel_loads_register(installed, tmp_path):
     assert found["qualname"] == "vllm_dualpath.plugin.register"
     assert Path(found["file"]).is_relative_to(installed)
     assert found["heavy"] == []  # loading the plugin imports neither torch, triton nor vLLM
+
+
+def test_the_wheel_ships_the_package_modules_and_nothing_else(installed):
+    (record,) = installed.glob("vllm_dualpath-*.dist-info/RECORD")
+    files = [line.split(",")[0] for line in record.read_text().splitlines() if line]
+    outside = [f for f in files if not f.startswith(("vllm_dualpath/", record.parent.name + "/"))]
+    assert outside == []
+    modules = {
+        f.removeprefix("vllm_dualpath/").removesuffix(".py")
+        for f in files
+        if f.startswith("vllm_dualpath/") and f.endswith(".py")
+    }
+    assert modules == SHIPPED_MODULES
+
+
+def test_no_benchmark_is_importable_from_the_installed_wheel(installed, tmp_path):
+    benchmarks = sorted(path.stem for path in (PACKAGE_ROOT / "benchmarks").glob("*.py"))
+    assert {"bench", "bench_model", "model_report"} <= set(benchmarks)
+    found = _python(
+        f"""
+        import importlib.util, json
+        names = [n for b in {benchmarks!r} for n in (b, "vllm_dualpath." + b)]
+        print(json.dumps({{"importable": [n for n in names if importlib.util.find_spec(n)]}}))
+        """,
+        [installed],
+        tmp_path,
+    )
+    assert found == {"importable": []}
 
 
 def test_register_does_not_initialise_cuda(installed, tmp_path):

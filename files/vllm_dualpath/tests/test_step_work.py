@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from vllm_dualpath import bench_model, step_work
-from vllm_dualpath.bench import SHAPES
+import bench_model
+import step_work
+from vllm_dualpath.calibrate import SHAPES
 
 BY_NAME = {s.name: s for s in SHAPES}
 LAYERS = [BY_NAME[name] for name in ("qkv_proj", "o_proj", "shared_gate_up", "shared_down")]

@@ -15,24 +15,136 @@ again past it. Shapes not measured are not listed: the dispatcher's thresholds a
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from vllm_dualpath import calibration, settings, timing
-from vllm_dualpath.bench import SHAPES, weight_set_count
-from vllm_dualpath.bench_paths import (
-    configure_overlay,
-    log,
-    make_weight_sets,
-    path_factories,
-    require_gpu_and_marlin,
+from vllm_dualpath import calibration, op, scratch, settings, timing
+from vllm_dualpath.marlin_reference import (
+    MARLIN_LIBRARY_ENV,
+    MarlinFp8Layer,
+    apply_fp8_marlin_linear,
+    load_marlin_library,
+    marlin_linear,
+    prepare_fp8_for_marlin,
+    random_fp8_weight,
+    random_scales,
 )
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One dense layer of a tensor-parallel rank: out features N, in features K."""
+
+    name: str
+    n: int
+    k: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.n}x{self.k}"
+
+
+# A TP2 rank of a GLM-4.5/4.6-class MoE model (hidden 5120, 96 query and 8 KV heads of 128,
+# shared expert 1536, dense-layer MLP 12288, vocabulary 151552), plus shapes Marlin must pad.
+# The shapes calibrated by default, and those the benchmarks beside the package measure.
+SHAPES = (
+    Shape("qkv_proj", 7168, 5120),
+    Shape("o_proj", 5120, 6144),
+    Shape("shared_gate_up", 1536, 5120),
+    Shape("shared_down", 5120, 768),
+    Shape("dense_gate_up", 12288, 5120),
+    Shape("lm_head", 75776, 5120),
+    Shape("odd_k_2880", 2880, 2880),
+    Shape("odd_n_4100", 4100, 5120),
+)
+
+# Rotate weight sets until they span this many bytes of FP8, several times the H200's 60 MB L2,
+# so that a weight small enough for the L2 cache is not timed from the cache.
+ROTATION_BYTES = 256 << 20
+MAX_WEIGHT_SETS = 64
 
 # Above the small-M threshold, denser where crossovers were seen (M = 64..2048 on an H200). A
 # measured shape decides every M above the small threshold, so the grid runs past the large one.
 M_GRID = (24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
+
+def weight_set_count(n: int, k: int) -> int:
+    return max(2, min(MAX_WEIGHT_SETS, math.ceil(ROTATION_BYTES / (n * k))))
+
+
+def log(message: str) -> None:
+    """Progress for the measuring commands, on stderr (their results go to files)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def require_gpu_and_marlin(marlin_lib: str | None, command: str) -> None:
+    """Stop with a message naming the command unless a CUDA GPU and vLLM's Marlin ops are here."""
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{command} needs a CUDA GPU")
+    if not load_marlin_library(marlin_lib):
+        raise SystemExit(
+            f"Marlin ops not found: set {MARLIN_LIBRARY_ENV} or pass --marlin-lib (the library "
+            "tools/marlin/build.py builds), or run where vLLM is installed"
+        )
+
+
+def configure_overlay(
+    table_path: Path | None, channel_scale: str | None = None
+) -> settings.Settings:
+    """Settings from the environment, this calibration table, and the reference Marlin call."""
+    current = settings.load()
+    if channel_scale is not None:
+        current = replace(current, channel_scale=channel_scale)
+    table = calibration.load(table_path) if table_path is not None else None
+    op.configure(current, table)
+    op.install_marlin_apply(apply_fp8_marlin_linear)
+    return current
+
+
+def marlin_layers(
+    n: int,
+    k: int,
+    count: int,
+    block_size: tuple[int, int] | None,
+    generator: torch.Generator,
+) -> list[MarlinFp8Layer]:
+    """``count`` random FP8 layers of N x K, prepared for Marlin as vLLM prepares them."""
+    layers = []
+    for _ in range(count):
+        weight = random_fp8_weight(n, k, "cuda", generator)
+        scale = random_scales(n, k, block_size, "cuda", generator)
+        layers.append(prepare_fp8_for_marlin(weight, scale, block_size))
+        del weight
+    return layers
+
+
+def marlin_call(layer: MarlinFp8Layer, x: torch.Tensor) -> Callable[[], object]:
+    """vLLM's Marlin call on ``x``, ready for graph capture."""
+    return lambda: marlin_linear(x, layer)
+
+
+def unpack_call(layer: MarlinFp8Layer, x: torch.Tensor, channel_scale: str) -> Callable[[], object]:
+    """The overlay's unpack into its scratch buffer, then cuBLAS, ready for graph capture."""
+    buffer = scratch.acquire(x.device, layer.size_n * layer.size_k)
+
+    def call() -> torch.Tensor:
+        return op.unpack_linear(
+            x,
+            layer.qweight,
+            layer.scales,
+            layer.size_n,
+            layer.size_k,
+            layer.bias,
+            buffer,
+            channel_scale,
+        )
+
+    return call
 
 
 def crossover(
@@ -62,13 +174,15 @@ def calibrate_shape(
     budget_s: float,
     generator: torch.Generator,
 ) -> int | None:
-    weights = make_weight_sets(n, k, weight_set_count(n, k), block_size, generator)
-    factories = path_factories(channel_scale)
+    layers = marlin_layers(n, k, weight_set_count(n, k), block_size, generator)
     marlin_us, unpack_us = [], []
     for m in m_grid:
         x = torch.randn(m, k, device="cuda", generator=generator).to(torch.bfloat16)
         medians = timing.median_call_us_side_by_side(
-            {p: [factories[p](w, x) for w in weights] for p in ("marlin", "unpack_cublas")},
+            {
+                "marlin": [marlin_call(layer, x) for layer in layers],
+                "unpack_cublas": [unpack_call(layer, x, channel_scale) for layer in layers],
+            },
             budget_s,
         )
         marlin_us.append(medians["marlin"])
@@ -77,7 +191,7 @@ def calibrate_shape(
             f"    M={m:<5d} marlin {marlin_us[-1]:8.1f} us  unpack+cublas {unpack_us[-1]:8.1f} us"
             f"  ratio {unpack_us[-1] / marlin_us[-1]:.2f}"
         )
-    del weights
+    del layers
     torch.cuda.empty_cache()
     return crossover(marlin_us, unpack_us, m_grid)
 
@@ -98,7 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, required=True, help="calibration table to write")
     parser.add_argument(
-        "--shapes", help="NxK per layer, comma-separated (default: the benchmark's shapes)"
+        "--shapes",
+        help="NxK per layer, comma-separated (default: a GLM-4.5-class TP2 rank)",
     )
     parser.add_argument("--marlin-lib", help="Marlin library from tools/marlin/build.py")
     parser.add_argument("--scales", choices=("block", "channel"), default="block")

@@ -1,4 +1,5 @@
-"""FP8 layers in vLLM's Marlin format, built the way vLLM builds them, for benchmarks and GPU tests.
+"""FP8 layers in vLLM's Marlin format, built the way vLLM builds them, for the calibration command,
+the benchmarks beside the package and the GPU tests.
 
 `prepare_fp8_for_marlin` restates vLLM's `prepare_fp8_layer_for_marlin` (0.33.0) for a dense
 FP8 layer: pack 4 bytes per int32 along K, zero-pad to a Marlin thread tile, repack with the real

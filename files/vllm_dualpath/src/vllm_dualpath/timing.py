@@ -1,4 +1,5 @@
-"""GPU timing for the benchmark and the calibration: CUDA-graph replays, medians, rotating inputs.
+"""GPU timing for the calibration (and the benchmarks beside the package): CUDA-graph replays,
+medians, rotating inputs.
 
 Every measurement captures its calls in a CUDA graph, so launch overhead (CPU time) stays out of
 small-M numbers, and rotates over several weight sets, so a weight small enough for the L2 cache
@@ -91,33 +92,3 @@ def median_call_us_side_by_side(
         result[name] = median_s / count * 1e6
     del captured
     return result
-
-
-def median_call_us(calls: Calls, budget_s: float = DEFAULT_BUDGET_S) -> float:
-    """Median microseconds per call of `calls` (one per weight set), timed as graph replays."""
-    return median_call_us_side_by_side({"only": calls}, budget_s)["only"]
-
-
-def copy_bandwidth_gbps(nbytes: int = 2 << 30, repeats: int = 20) -> float:
-    """Device-to-device copy bandwidth, counting bytes read plus bytes written.
-
-    The best of a plain `copy_` (eager, timed with events) and an SM copy kernel in a graph:
-    a memcpy node inside a CUDA graph can run slower than the same copy launched eagerly.
-    """
-    count = nbytes // 2
-    source = torch.empty(count, dtype=torch.bfloat16, device="cuda").normal_()
-    target = torch.empty_like(source)
-    moved = 2 * count * source.element_size()
-    target.copy_(source)
-    torch.cuda.synchronize()
-    eager = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        target.copy_(source)
-        end.record()
-        end.synchronize()
-        eager.append(_elapsed_s(start, end))
-    kernel_us = median_call_us([lambda: torch.neg(source, out=target)], budget_s=0.3)
-    best_s = min(statistics.median(eager), kernel_us * 1e-6)
-    return moved / best_s / 1e9

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from vllm_dualpath import step_work
+import step_work
 
 
 def _timed_us(call) -> float:

@@ -6,7 +6,8 @@ import pytest
 import torch
 from overlay_setup import force
 
-from vllm_dualpath import ahead, op, scratch, settings, step_work
+import step_work
+from vllm_dualpath import ahead, op, scratch, settings
 from vllm_dualpath.marlin_reference import prepare_fp8_for_marlin, random_fp8_weight, random_scales
 
 # Long GEMMs next to big unpacks, so a missing stream dependency shows as wrong bits.
