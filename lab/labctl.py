@@ -9,7 +9,7 @@ Every test host in this repository is made here: the README's lab, and every mol
     labctl.py down [--prefix P] [--images]   remove the hosts (the rail goes with them); with
                                              --images also the base and stand-in images
     labctl.py status [--prefix P]
-    labctl.py standin-image                  build the stand-in serving image (tests/standin)
+    labctl.py standin-image                  build the stand-in serving image (lab/standin)
 """
 
 from __future__ import annotations

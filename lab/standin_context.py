@@ -1,6 +1,6 @@
-"""The stand-in image's build context: tests/standin plus what the stand-in's model needs.
+"""The stand-in image's build context: lab/standin plus what the stand-in's model needs.
 
-The model (tests/standin/vllm_standin/model.py) runs the overlay's real op on the CPU, so the
+The model (lab/standin/vllm_standin/model.py) runs the overlay's real op on the CPU, so the
 image needs torch (the pinned CPU build), triton (its interpreter) and their runtime
 dependencies, which the bookworm image cannot get (no pip, no mirror). They are installed here,
 on the controller, with ``pip install --target`` into a site directory under .cache/lab/, once
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Final
 
 REPO: Final = Path(__file__).resolve().parent.parent
+# The stand-in server and its Dockerfile: the build context before prepare() adds to it.
+STANDIN: Final = REPO / "lab/standin"
 OVERLAY_REQUIREMENTS: Final = REPO / "requirements/overlay.txt"
 # Copied from the overlay's tests into the lab vllm tree of the context.
 MARLIN_REFERENCE: Final = REPO / "files/vllm_dualpath/tests/marlin_standin.py"
@@ -112,12 +114,8 @@ def site_dir() -> Path:
 
 
 def stage_lab_vllm(destination: Path) -> Path:
-    """tests/standin/lab_vllm with the Marlin reference beside its vllm package."""
-    shutil.copytree(
-        REPO / "tests/standin" / LAB_VLLM,
-        destination,
-        ignore=IGNORED,
-    )
+    """lab/standin/lab_vllm with the Marlin reference beside its vllm package."""
+    shutil.copytree(STANDIN / LAB_VLLM, destination, ignore=IGNORED)
     shutil.copy2(MARLIN_REFERENCE, destination / MARLIN_REFERENCE.name)
     return destination
 

@@ -1,4 +1,4 @@
-"""Build the lab's stand-in serving image (tests/standin) on top of the lab base image.
+"""Build the lab's stand-in serving image (lab/standin) on top of the lab base image.
 
 The lab has no registry, so the image is pinned by its local image ID: the ID of what was built
 is written to .cache/lab/standin-image.id, and the lab inventory pins the service to it.
@@ -21,7 +21,7 @@ except ImportError:  # as for labctl
     import vllm_cli_spec  # type: ignore[no-redef]
 
 REPO = Path(__file__).resolve().parent.parent
-CONTEXT = REPO / "tests/standin"
+CONTEXT = standin_context.STANDIN
 REPOSITORY = "dualspark-lab/vllm-standin"
 ID_FILE = REPO / ".cache/lab/standin-image.id"
 # The real `vllm serve` option table the stand-in parses with: made from the pinned vLLM by

@@ -3,7 +3,7 @@
 The stand-in image has no torch and cannot import vLLM, so the serve parser's complete option
 table (and vLLM's known environment variable names) is dumped to JSON here, into SPEC_PATH under
 .cache (vLLM's output is never committed), copied into the stand-in's image, and rebuilt into an
-argparse parser by the stand-in (tests/standin/vllm_standin).
+argparse parser by the stand-in (lab/standin/vllm_standin).
 
     python lab/vllm_cli_spec.py write   # main venv: (re)make the parser venv, regenerate SPEC_PATH
     python lab/vllm_cli_spec.py check   # main venv: exit 1 when SPEC_PATH differs from vLLM's

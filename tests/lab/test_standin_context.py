@@ -53,7 +53,7 @@ def test_prepare_stages_lab_vllm_and_links_the_site(
     monkeypatch.setattr(standin_context, "STAGED", tmp_path / "context")
     (tmp_path / "context/stale").mkdir(parents=True)
     source = tmp_path / "standin"
-    shutil.copytree(REPO / "tests/standin", source)
+    shutil.copytree(standin_context.STANDIN, source)
     for leftover in (".mypy_cache/3.11/x.json", "vllm_standin/__pycache__/model.cpython-311.pyc"):
         (source / leftover).parent.mkdir(parents=True, exist_ok=True)
         (source / leftover).write_text("", encoding="utf-8")

@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
+from lab import make_checkpoint
 from tests.conftest import REPO
-from tests.model_weights import make_checkpoint
 
 ROLE_FILES = REPO / "roles/model_weights/files"
 

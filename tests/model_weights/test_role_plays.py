@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from lab import make_checkpoint
 from tests.conftest import REPO, output_of, run_tool
-from tests.model_weights import make_checkpoint
 
 MODEL_REPO = "stand-in/generated"
 DRAFT_REPO = "stand-in/drafter"

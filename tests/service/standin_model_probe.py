@@ -1,6 +1,6 @@
 """Run in a subprocess by test_standin_model.py: the stand-in's model under the real plugin.
 
-Its PYTHONPATH holds the overlay's sources, the staged lab vllm tree and tests/standin, as the
+Its PYTHONPATH holds the overlay's sources, the staged lab vllm tree and lab/standin, as the
 stand-in image does. It registers the overlay's plugin, loads the model, calls each layer at
 small and large M, and writes OUT/probe.json (the route, the overlay's per-path counts around
 each call) and OUT/cases.pt (inputs, outputs and the Marlin reference) for the test to judge.

@@ -14,9 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO
-
-STANDIN = REPO / "tests/standin"
+from lab.standin_context import STANDIN
 
 
 def free_port() -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -11,11 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.service.standin_pair import STANDIN, Pair, fake_plugin
-
-sys.path.insert(0, str(STANDIN))
 from vllm_standin import cli, plugins
+
+from tests.service.standin_pair import Pair, fake_plugin
 
 
 @pytest.fixture

@@ -21,13 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_standin import cli, environ, fork_flags, spec_parser
 
 from lab import vllm_cli_spec, vllm_cli_venv
 from tests.service.render import production_rank
-from tests.service.standin_pair import STANDIN
-
-sys.path.insert(0, str(STANDIN))
-from vllm_standin import cli, environ, fork_flags, spec_parser
 
 REFERENCE = [  # Entrpi/glm-5.3-flash-exl3-2x-spark's launch of the fork, both ranks' common part
     *("/models/glm53-exl3", "--served-model-name", "glm-5.3-flash", "--trust-remote-code"),

@@ -20,13 +20,11 @@ from typing import Any
 
 import pytest
 import torch
+from vllm_standin import model
 
 from lab import standin_context
 from tests.conftest import REPO
 from tests.service.standin_pair import STANDIN, Pair
-
-sys.path.insert(0, str(STANDIN))
-from vllm_standin import model
 
 OVERLAY_SRC = REPO / "files/vllm_dualpath/src"
 PROBE = Path(__file__).with_name("standin_model_probe.py")

@@ -818,7 +818,7 @@ def check_model(inv: Inventory) -> None:
                         host,
                         "is empty while model_weights_source is stand_in_directory.",
                         "name the stand-in directory (files/ and api.json, made by "
-                        "tests/model_weights/make_checkpoint.py) on the source node, or use "
+                        "lab/make_checkpoint.py) on the source node, or use "
                         "model_weights_source: hub.",
                     )
     for pair in inv.pairs():
