@@ -1,4 +1,4 @@
-"""The report from sample result files: table rows, the PNG, the summary and the command line."""
+"""The report from sample result files: table rows, the PNG, the summary and the role's module."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 from matplotlib.image import imread
+from pair_benchmark.reference import CASES
+from pair_benchmark.report import NoResultsError, load_results, write_report
+from pair_benchmark.table import build_rows, render_markdown
 
-from tools.bench_report.__main__ import main
-from tools.bench_report.reference import CASES
-from tools.bench_report.report import NoResultsError, load_results, write_report
-from tools.bench_report.table import build_rows, render_markdown
+from tests.conftest import REPO, output_of, run_local_play
 
 SAMPLES = Path(__file__).with_name("samples")
+ROLE = REPO / "roles/pair_benchmark"
 
 
 def table_cells(markdown: str) -> dict[str, list[str]]:
@@ -107,13 +108,38 @@ def test_no_result_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def render_in_a_play(tmp_path: Path, results: Path, out: Path) -> tuple[int, str]:
+    """Run the role's module twice, as run.yml does; the exit code and the output."""
+    task = {
+        "pair_benchmark_report": {
+            "results_dir": str(results),
+            "out": str(out),
+            "context": {"pair": "lab_pair"},
+        },
+        "register": "rendered",
+    }
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [task, task]}]
+    result = run_local_play(
+        tmp_path,
+        play,
+        f"ANSIBLE_LIBRARY={ROLE / 'library'}",
+        f"ANSIBLE_MODULE_UTILS={ROLE / 'module_utils'}",
+    )
+    return result.returncode, output_of(result)
+
+
+def test_the_module_writes_the_report_once(tmp_path: Path) -> None:
     out = tmp_path / "report"
-    assert main([str(SAMPLES), "--out", str(out), "--context", "pair=lab_pair"]) == 0
-    assert (out / "report.md").is_file()
+    code, output = render_in_a_play(tmp_path, SAMPLES, out)
+    assert code == 0, output
+    assert "- pair: lab_pair" in (out / "report.md").read_text(encoding="utf-8")
     assert (out / "throughput.png").stat().st_size > 20_000
-    assert str(out / "report.md") in capsys.readouterr().out
+    assert "changed=1" in output  # the second run finds the report and leaves it
 
 
-def test_command_line_fails_on_empty_directory(tmp_path: Path) -> None:
-    assert main([str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+def test_the_module_fails_on_an_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "results").mkdir()
+    code, output = render_in_a_play(tmp_path, tmp_path / "results", tmp_path / "out")
+    assert code != 0
+    assert "no result: nothing to report" in output
+    assert not (tmp_path / "out").exists()

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tools.bench_report.serve_result import ResultFileError, load_serve_result, parse_serve_result
+from pair_benchmark.serve_result import ResultFileError, load_serve_result, parse_serve_result
 
 SAMPLES = Path(__file__).with_name("samples")
 

@@ -1,9 +1,12 @@
-"""Observations of a healthy Spark pair in collect.py's format (a sample, not a recording)."""
+"""Observations of a healthy Spark pair in pair_doctor_collect.py's format, with NCCL's transport as
+the judge module reads it from their NCCL lines (a sample, not a recording)."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+
+from pair_evidence.readings import nccl_log_reading
 
 IMAGE_ID = "sha256:4b1d3c0f9a8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a3928170a1b2c"
 IB_LOG = [
@@ -93,6 +96,7 @@ def node(rank: int, epoch: float = 1_796_215_000.0) -> dict[str, Any]:
                 "nccl_log": list(IB_LOG),
             }
         },
+        "nccl_transport": nccl_log_reading(IB_LOG),
         "image": {
             "ref": "ghcr.io/example/vllm@sha256:abc",
             "present": True,
@@ -116,6 +120,7 @@ def lab_pair() -> dict[str, dict[str, Any]]:
         observed["memory"].update(CmaTotal_kb=None, CmaFree_kb=None)
         for unit in observed["units"].values():
             unit["nccl_log"] = []
+        observed["nccl_transport"] = nccl_log_reading([])
     return pair
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pair_doctor import checks
+from pair_doctor.checks import CHECKS, Expectations, diagnose
+from pair_doctor.findings import Finding, Severity
+from pair_evidence.readings import nccl_log_reading
 
 from tests.pair_doctor.healthy_pair import healthy_pair, lab_pair, running_pair
-from tools.pair_doctor import checks
-from tools.pair_doctor.checks import CHECKS, Expectations, diagnose
-from tools.pair_doctor.findings import Finding, Severity
 
 EXPECT = Expectations()
 
@@ -201,11 +202,13 @@ def test_rdma_ports_off_the_rail_are_not_checked() -> None:
 
 def test_socket_fallback_in_service_log() -> None:
     pair = healthy_pair()
-    pair["spark-01"]["units"]["dualspark-vllm-rank0.service"]["nccl_log"] = [
+    lines = [
         "h:1:2 [0] NCCL INFO NET/IB : No device found.",
         "h:1:2 [0] NCCL INFO NET/Socket : Using [0]enp1s0f1np1:192.168.100.10<0>",
         "h:1:2 [0] NCCL INFO Using network Socket",
     ]
+    pair["spark-01"]["units"]["dualspark-vllm-rank0.service"]["nccl_log"] = lines
+    pair["spark-01"]["nccl_transport"] = nccl_log_reading(lines)
     found = only_problems(checks.socket_fallback(pair, EXPECT))
     assert [(f.host, f.severity) for f in found] == [("spark-01", Severity.ERROR)]
     assert "NET/Socket" in found[0].summary

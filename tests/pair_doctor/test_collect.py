@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pair_doctor_collect as collect
+from pair_doctor import checks
+from pair_doctor.checks import Expectations
+from pair_doctor.findings import Severity
+
 from tests.pair_doctor.healthy_pair import healthy_pair
-from tools.pair_doctor import checks, collect
-from tools.pair_doctor.checks import Expectations
-from tools.pair_doctor.findings import Severity
 
 
 def write(path: Path, text: str) -> None:

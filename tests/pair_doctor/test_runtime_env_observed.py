@@ -50,7 +50,6 @@ def test_the_runtime_env_file_reaches_the_observation(tmp_path: Path) -> None:
             "vars": {
                 "spark_pair_rank": 1,
                 "pair_probe_docker": str(bin_dir / "docker"),
-                "pair_doctor_tools_root": str(REPO),
                 "pair_doctor_rail_interfaces": [],
             },
             "tasks": [

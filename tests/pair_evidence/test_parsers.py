@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from tools.pair_evidence.__main__ import main
-from tools.pair_evidence.allreduce import (
+from pair_evidence.allreduce import (
     NoAllReduceRowsError,
     bus_bandwidth,
     parse_allreduce_output,
 )
-from tools.pair_evidence.ib_write_bw import NoBandwidthRowError, parse_ib_write_bw
-from tools.pair_evidence.nccl_log import Transport, parse_nccl_log
+from pair_evidence.ib_write_bw import NoBandwidthRowError, parse_ib_write_bw
+from pair_evidence.nccl_log import Transport, parse_nccl_log
+
+from tests.conftest import REPO, output_of, run_local_play
 
 SAMPLES = Path(__file__).with_name("samples")
 
@@ -139,15 +140,41 @@ def test_ib_write_bw_failure_is_refused() -> None:
         parse_ib_write_bw([" Couldn't connect to 192.168.100.11:18515"])
 
 
-def test_cli_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["nccl-log", str(SAMPLES / "nccl_info_socket_fallback_sample.log")]) == 0
-    parsed = json.loads(capsys.readouterr().out)
-    assert parsed["transport"] == "Socket"
-    assert parsed["uses_rdma"] is False
+def read_in_a_play(tmp_path: Path, kind: str, text: str) -> tuple[int, str, dict[str, Any]]:
+    """Run the role's module on ``text`` as a role would; its result, if it gave one."""
+    out = tmp_path / "reading.json"
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "roles": [{"role": str(REPO / "roles/pair_evidence")}],
+            "tasks": [
+                {"pair_evidence": {"kind": kind, "text": text}, "register": "parsed"},
+                {
+                    "ansible.builtin.copy": {
+                        "content": "{{ parsed.reading | to_json }}",
+                        "dest": str(out),
+                        "mode": "0644",
+                    }
+                },
+            ],
+        }
+    ]
+    result = run_local_play(tmp_path, play)
+    reading = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
+    return result.returncode, output_of(result), reading
 
 
-def test_cli_reports_missing_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    empty = tmp_path / "out.txt"
-    empty.write_text("nothing here\n", encoding="utf-8")
-    assert main(["allreduce", str(empty)]) == 2
-    assert "error" in json.loads(capsys.readouterr().out)
+def test_the_module_reads_a_socket_fallback(tmp_path: Path) -> None:
+    text = (SAMPLES / "nccl_info_socket_fallback_sample.log").read_text(encoding="utf-8")
+    code, output, reading = read_in_a_play(tmp_path, "nccl_log", text)
+    assert code == 0, output
+    assert reading["transport"] == "Socket"
+    assert reading["uses_rdma"] is False
+
+
+def test_the_module_fails_without_rows(tmp_path: Path) -> None:
+    code, output, reading = read_in_a_play(tmp_path, "allreduce", "nothing here\n")
+    assert code != 0
+    assert "no all-reduce rows in the output" in output
+    assert reading == {}

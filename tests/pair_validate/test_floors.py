@@ -1,6 +1,6 @@
 """pair_validate's judges (tasks/ib_write_bw_judge.yml, tasks/allreduce_judge.yml) at the role's
 default floors, run by Ansible on made-up figures: both twins' ib_write_bw and their sum, and the
-all-reduce's bus bandwidth as tools/pair_evidence reads it from the run's output."""
+all-reduce's bus bandwidth as pair_evidence reads it from the run's output."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
+from pair_evidence.readings import READINGS
 
 from tests.conftest import REPO, output_of, run_local_play
-from tools.pair_evidence.__main__ import PARSERS
 
 ROLE = REPO / "roles/pair_validate"
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text(encoding="utf-8"))
@@ -87,7 +87,7 @@ def test_a_twin_without_a_result_fails_with_the_clients_words(tmp_path):
 
 
 def parsed(busbw: float, wrong: int = 0, log: str = "nccl_info_ib_sample.log") -> dict[str, Any]:
-    """The two readings of a run, as tools/pair_evidence gives them to the role."""
+    """The two readings of a run, as pair_evidence gives them to the role."""
     size = 512 * 1048576
     row = {
         "size_bytes": size,
@@ -99,8 +99,8 @@ def parsed(busbw: float, wrong: int = 0, log: str = "nccl_info_ib_sample.log") -
     output = [f"ALLREDUCE_RESULT {json.dumps(row)}"]
     nccl = (SAMPLES / log).read_text(encoding="utf-8").splitlines()
     return {
-        "pair_validate_allreduce_figures": PARSERS["allreduce"](output),
-        "pair_validate_allreduce_transport": PARSERS["nccl-log"](nccl),
+        "pair_validate_allreduce_figures": READINGS["allreduce"](output),
+        "pair_validate_allreduce_transport": READINGS["nccl_log"](nccl),
     }
 
 

@@ -87,7 +87,6 @@ def run_pair(tmp_path: Path, gbps: tuple[str, str]) -> tuple[int, str, list[str]
                         "spark_pair_rank0_host": "spark-a",
                         "pair_probe_rdma_present": True,
                         "rail_network_twins": [{"interface": i} for i, _ in TWINS],
-                        "pair_validate_repo_root": str(REPO),
                         "pair_validate_ib_write_bw_duration_s": 1,
                     },
                 }

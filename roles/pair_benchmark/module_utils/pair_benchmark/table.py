@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tools.bench_report.reference import CASES, Case, Phase
-from tools.bench_report.serve_result import ServeResult
+from .reference import CASES, Case, Phase
+from .serve_result import ServeResult
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.bench_report.plots import plot_rows
-from tools.bench_report.reference import REFERENCE_PRECISION_TABLE, REFERENCE_SOURCE
-from tools.bench_report.serve_result import ResultFileError, ServeResult, load_serve_result
-from tools.bench_report.table import (
+from .plots import plot_rows
+from .reference import REFERENCE_PRECISION_TABLE, REFERENCE_SOURCE
+from .serve_result import ResultFileError, ServeResult, load_serve_result
+from .table import (
     OtherRow,
     Row,
     build_other_rows,

@@ -1,8 +1,9 @@
 """The known failure modes of a two-Spark TP2 service, each judged from both nodes' observations.
 
-Every check takes the pair's observations (host name -> what collect.py printed there) and the
-expectations, and returns findings: an OK when healthy, SKIPPED with the reason when it cannot
-apply (no RDMA device, no service unit), otherwise an ERROR or WARNING with its fix.
+Every check takes the pair's observations (host name -> what pair_doctor_collect.py printed
+there, plus `nccl_transport`: what the pair_evidence role reads from the NCCL lines of the node's
+units) and the expectations, and returns findings: an OK when healthy, SKIPPED with the reason
+when it cannot apply (no RDMA device, no service unit), otherwise an ERROR or WARNING with its fix.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tools.pair_doctor.findings import Finding, Severity
-from tools.pair_evidence.nccl_log import Transport, parse_nccl_log
+from .findings import Finding, Severity
 
 Observations = Mapping[str, Mapping[str, Any]]
 PAIR = "pair"
+# The transports pair_evidence names in its reading of NCCL's lines.
+TRANSPORT_IB = "IB"
+TRANSPORT_SOCKET = "Socket"
 
 
 @dataclass(frozen=True)
@@ -219,27 +222,27 @@ def socket_fallback(observed: Observations, expect: Expectations) -> list[Findin
                 )
             )
             continue
-        report = parse_nccl_log(lines)
-        if report.transport is Transport.SOCKET:
+        report = node["nccl_transport"]
+        if report["transport"] == TRANSPORT_SOCKET:
             severity = Severity.ERROR if node["rdma"]["present"] else Severity.WARNING
             findings.append(
                 Finding(
                     "socket_fallback",
                     host,
                     severity,
-                    "NCCL uses NET/Socket, not IB verbs: " + "; ".join(report.evidence[:2]),
+                    "NCCL uses NET/Socket, not IB verbs: " + "; ".join(report["evidence"][:2]),
                     "give the container --device /dev/infiniband, --cap-add IPC_LOCK and "
                     "--ulimit memlock=-1:-1 and name both HCAs in NCCL_IB_HCA "
                     "(playbooks/service.yml does), then restart the pair",
                 )
             )
-        elif report.transport is Transport.IB:
+        elif report["transport"] == TRANSPORT_IB:
             findings.append(
                 Finding(
                     "socket_fallback",
                     host,
                     Severity.OK,
-                    f"NCCL uses NET/IB over {', '.join(report.ib_devices) or 'IB'}",
+                    f"NCCL uses NET/IB over {', '.join(report['ib_devices']) or 'IB'}",
                 )
             )
         else:

@@ -1,4 +1,4 @@
-"""The shipped all-reduce script, run for real as two gloo ranks on this machine (no GPU here)."""
+"""pair_validate's all-reduce script, run for real as two gloo ranks here (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import socket
 import subprocess
 import sys
 
-from tests.conftest import REPO
-from tools.pair_evidence.allreduce import parse_allreduce_output
+from pair_evidence.allreduce import parse_allreduce_output
 
-SCRIPT = REPO / "files/benchmark/allreduce_bench.py"
+from tests.conftest import REPO
+
+SCRIPT = REPO / "roles/pair_validate/files/allreduce_bench.py"
 
 
 def free_port() -> int:

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Observe one Spark for the doctor, read-only, and print the observations as JSON.
 
-Shipped to the node and run there by playbooks/doctor.yml, so it uses the standard library only.
-Nothing here writes: it reads sysfs, procfs, the service's env files and journal, and asks Docker
-about the runtime image (a throwaway `--rm` container with no network reads /etc/nccl.conf).
+Shipped to the node and run there by the pair_doctor role (tasks/observe.yml), so it uses the
+standard library only. Nothing here writes: it reads sysfs, procfs, the service's env files and
+journal, and asks Docker about the runtime image (a throwaway `--rm` container with no network
+reads /etc/nccl.conf).
 
-    collect.py '{"rail_interfaces": [...], "service_units": [...], ...}'
+    pair_doctor_collect.py '{"rail_interfaces": [...], "service_units": [...], ...}'
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from tools.bench_report.reference import Phase
-from tools.bench_report.table import Row
+from .reference import Phase
+from .table import Row
 
 MEASURED_COLOUR = "#1f6fb4"
 REFERENCE_COLOUR = "#b0b0b0"

@@ -1,26 +1,23 @@
-"""Command line: judge a pair from its nodes' observations and print the findings as JSON.
+"""Judge a pair from its nodes' observations: every finding, the counts per severity and the
+report as text lines, errors first.
 
-    python -m tools.pair_doctor < '{"observations": {host: ...}, "expectations": {...}, "only": []}'
-
-The JSON holds every finding, the counts per severity and the report as text lines; deciding
-whether errors fail the run is the caller's (the doctor playbook's).
+Deciding whether errors fail the run is the caller's (the role's judge.yml).
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
-from tools.pair_doctor.checks import CHECKS, Expectations, diagnose
-from tools.pair_doctor.findings import Severity
+from .checks import CHECKS, Expectations, Observations, diagnose
+from .findings import Severity
 
 ORDER = (Severity.ERROR, Severity.WARNING, Severity.SKIPPED, Severity.OK)
 
 
-def expectations_from(raw: dict[str, Any]) -> Expectations:
+def expectations_from(raw: Mapping[str, Any]) -> Expectations:
     known = {field.name for field in fields(Expectations)}
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -31,14 +28,17 @@ def expectations_from(raw: dict[str, Any]) -> Expectations:
     return Expectations(**values)
 
 
-def run(request: dict[str, Any]) -> dict[str, Any]:
-    only = tuple(request.get("only") or ())
+def judge(
+    observations: Observations,
+    expectations: Mapping[str, Any] | None = None,
+    only: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Raises ValueError for an unknown check or expectation, KeyError for an incomplete
+    observation."""
     unknown = sorted(set(only) - set(CHECKS))
     if unknown:
         raise ValueError(f"unknown checks: {', '.join(unknown)} (known: {', '.join(CHECKS)})")
-    findings = diagnose(
-        request["observations"], expectations_from(request.get("expectations") or {}), only
-    )
+    findings = diagnose(observations, expectations_from(expectations or {}), tuple(only))
     findings.sort(key=lambda finding: ORDER.index(finding.severity))
     counts = Counter(finding.severity.value for finding in findings)
     return {
@@ -46,16 +46,3 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         "counts": {severity.value: counts.get(severity.value, 0) for severity in ORDER},
         "text": [line for finding in findings for line in finding.line().splitlines()],
     }
-
-
-def main() -> int:
-    try:
-        print(json.dumps(run(json.load(sys.stdin)), indent=2))
-    except (ValueError, KeyError) as error:
-        print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
