@@ -1,12 +1,10 @@
 """The stand-in image's build context: lab/standin plus what the stand-in's model needs.
 
-The model (lab/standin/vllm_standin/model.py) runs the overlay's real op on the CPU, so the
-image needs torch (the pinned CPU build), triton (its interpreter) and their runtime
-dependencies, which the bookworm image cannot get (no pip, no mirror). They are installed here,
-on the controller, with ``pip install --target`` into a site directory under .cache/lab/, once
-per set of requirement lines, and the context carries it as ``site/``. The context also gets
-the overlay tests' Marlin reference (``marlin_standin.py``) next to the lab vllm tree, which
-imports it; it is copied at build time, never duplicated in the repository.
+The model runs the overlay's real op on the CPU, so the image needs torch (the pinned CPU build),
+triton and their runtime dependencies, which the bookworm image cannot fetch (no pip, no mirror).
+They are installed here with ``pip install --target`` under .cache/lab/, once per set of
+requirement lines, and carried as ``site/``, beside a build-time copy of the overlay tests'
+``marlin_standin.py``, which the lab vllm tree imports.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The real `vllm serve` command line, read out of vLLM itself, for the lab's stand-in.
 
-The stand-in image has no torch and cannot import vLLM, so the serve parser's complete option
-table (and vLLM's known environment variable names) is dumped to JSON here, into SPEC_PATH under
-.cache (vLLM's output is never committed), copied into the stand-in's image, and rebuilt into an
-argparse parser by the stand-in (lab/standin/vllm_standin).
+The stand-in image cannot import vLLM, so the serve parser's option table (and vLLM's known
+environment variable names) is dumped to JSON at SPEC_PATH under .cache (never committed), copied
+into the image and rebuilt into an argparse parser there (lab/standin/vllm_standin).
 
     python lab/vllm_cli_spec.py write   # main venv: (re)make the parser venv, regenerate SPEC_PATH
     python lab/vllm_cli_spec.py check   # main venv: exit 1 when SPEC_PATH differs from vLLM's
@@ -13,9 +12,8 @@ argparse parser by the stand-in (lab/standin/vllm_standin).
                                                  # `vllm serve`); stdout: JSON results
     VENV/bin/python lab/vllm_cli_spec.py report  # both at once: {"spec": ..., "parsed": ...}
 
-`dump` and `parse` run inside the dedicated venv (lab/vllm_cli_venv.py) and use only the standard
-library besides vLLM. The parser is built as `vllm serve` builds it (vllm/entrypoints/cli/main.py
-with only the serve subcommand), so `parse` is the reference the stand-in's tests compare with.
+`dump` and `parse` run in the dedicated venv (lab/vllm_cli_venv.py), with the standard library
+and vLLM alone; `parse` builds the parser as `vllm serve` does, the stand-in tests' reference.
 """
 
 from __future__ import annotations

@@ -2,13 +2,11 @@
 
     python lab/vllm_cli_venv.py      # make it if missing or stale, then print its python
 
-vLLM installs from its sdist as pure Python (VLLM_TARGET_DEVICE=empty: nothing is compiled) on
-top of the local torch 2.13.0 CPU build, installed first and alone so that pip never resolves
-another torch. Every other package is pinned by requirements/vllm-cli/constraints.txt. The
-venv lives under .cache/ (git-ignored), apart from .venv: vLLM's ~150 dependencies must not
-leak into the project's toolchain. A stamp records what it was made from; a changed pin, sdist
-or Python remakes it. Failures raise VenvError with the tail of the install log: callers
-(bin/setup, the test fixture) report it and stop, never skip.
+vLLM installs from its sdist as pure Python (VLLM_TARGET_DEVICE=empty) on the local CPU torch,
+installed first so pip never resolves another; requirements/vllm-cli/constraints.txt pins the
+rest. It lives under .cache/, apart from .venv, so vLLM's dependencies stay out of the project's
+toolchain; a changed pin, sdist or Python remakes it. Failures raise VenvError with the install
+log's tail: callers report it and stop, never skip.
 """
 
 from __future__ import annotations
@@ -79,8 +77,8 @@ def _make(say: Callable[[str], None]) -> None:
         say(f"fetching the vLLM {VLLM_VERSION} sdist")
         _run([sys.executable, str(FETCH_SDISTS), VLLM_VERSION])
     shutil.rmtree(VENV, ignore_errors=True)
-    # --no-compile: byte-compiling ~150 packages costs ~10 s on 2 cores; the import check below
-    # compiles the part the parser uses.
+    # --no-compile: byte-compiling every package is slow; the import check below compiles the
+    # part the parser uses.
     pip = [str(python()), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     pip.append("--no-compile")
     _run([sys.executable, "-m", "venv", str(VENV)])

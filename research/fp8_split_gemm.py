@@ -1,30 +1,13 @@
-"""An exact W8A16 product on FP8 tensor cores, and what it costs in sustained passes on one GPU
-at its power limit: each BF16 activation row is split into two e4m3 parts (hi + lo, exact for a
-row's elements down to 2**-9 of its largest, see ``_split_rows_kernel``), and each 128-wide K block
-takes two FP8 passes against the FP8 weight, its 128x128 block scale applied in fp32.
+"""An exact W8A16 product on FP8 tensor cores, each BF16 activation row split into two e4m3 parts
+(``_split_rows_kernel``), and what its two FP8 passes cost in sustained passes at the GPU's power
+limit.
 
     export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks
     python3 research/fp8_split_gemm.py \\
         --out OUT/fp8-split.json --png OUT/fp8-split.png
 
-Needs a Hopper (or newer) CUDA GPU, NVML and the Marlin library (for vLLM's repack of the
-weights the unpack reads, as the GPU proof does). The stack is ``bench_model``'s dense step
-(sixteen dense layers of a TP2 rank), each layer with its own FP8 weight. Paths, each timed as
-``power_floor`` times its paths (windows of back-to-back passes, the energy counter read around
-each, the paths in turns):
-
-* ``bf16``: F.linear on the dequantized BF16 weight, the baseline;
-* ``unpack_cublas``: the overlay's large-M path, the Marlin words unpacked to BF16, then cuBLAS;
-* ``fp8_split``: the Triton kernel below, reading the split rows and the FP8 weight;
-* ``fp8_split_cublas``: the same two passes through torch's FP8 GEMM (both parts stacked as 2M
-  rows, row-wise scales): the vendor kernel's cost for that work. Its halves are rounded to
-  BF16 before they are added, so it is a cost reference, not an exact path;
-* ``w8a8_cublas``: one FP8 pass with the activations rounded to e4m3 (``hi`` alone): what
-  quantizing the activations would cost. It changes the numerics this overlay keeps;
-* ``split_only``: the row splits alone.
-
-Every path but the two references is checked against FP32 first (exits non-zero when the split
-path is off). Result: research/results/fp8-split-gemm-h100.md.
+Needs a Hopper (or newer) CUDA GPU, NVML and the Marlin library; exits non-zero when the split
+path fails its accuracy check. Paths, method and results: research/results/fp8-split-gemm-h100.md.
 """
 
 from __future__ import annotations

@@ -8,22 +8,9 @@ limit: what a vendor-grade fused W8A16 kernel costs against the overlay's large-
     python3 research/mixed_input_gemm.py \\
         --out OUT/mixed-input.json --png OUT/mixed-input.png
 
-Needs a Hopper GPU, NVML, the library ``mixed_input/build.py`` builds and the Marlin library
-(for vLLM's repack of the weights the unpack reads). The stack is ``bench_model``'s dense step
-(sixteen dense layers of a TP2 rank), each layer with its own FP8 weight and 128x128 BF16 block
-scales. Paths, each timed as ``power_floor`` times its paths (windows of back-to-back passes, the
-energy counter read around each, the paths in turns):
-
-* ``bf16``: F.linear on the dequantized BF16 weight, the baseline;
-* ``unpack_cublas``: the overlay's large-M path, the Marlin words unpacked to BF16, then cuBLAS;
-* ``scaled_<tile>_shuffled``: CUTLASS with each weight element times its block scale in BF16 (the
-  weight values cuBLAS multiplies in ``bf16``), on the weight reordered so that each thread's
-  values are contiguous (CUTLASS's advice for static weights); ``<tile>``: tokens per CTA tile;
-* ``convert_<tile>[_shuffled]``: CUTLASS converting only, no scales: the least work any fused
-  W8A16 kernel does, a lower bound on its cost rather than a product the overlay could use.
-
-Every path is checked against FP32 first (exits non-zero when a CUTLASS variant is off).
-Result: research/results/mixed-input-gemm-h100.md.
+Needs a Hopper GPU, NVML, the library ``mixed_input/build.py`` builds and the Marlin library;
+exits non-zero when a CUTLASS variant fails its accuracy check. Variants, method and results:
+research/results/mixed-input-gemm-h100.md.
 """
 
 from __future__ import annotations

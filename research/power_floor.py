@@ -6,27 +6,9 @@ limit: how much of the unpack's cost no schedule can hide while the GPU is held 
     python3 research/power_floor.py \\
         --out OUT/power-floor.json --png OUT/power-floor.png
 
-Needs a CUDA GPU, NVML (the nvidia-ml-py package) and the Marlin library (as the GPU proof does).
-
-The stack is ``bench_model``'s dense step: sixteen dense layers of a TP2 rank in forward order.
-Each path's passes run back to back for about ``--window-s`` seconds; NVML's energy counter is
-read on either side of the window (the GPU idle), and the SM clock and NVML's clock-limit
-reasons are sampled while it runs. The paths take turns over ``--turns`` rounds, so drift hits
-them alike. Beside the op's paths, ``unpack_only`` runs the sixteen unpacks alone, and with
-``--fused`` (Hopper), ``fused_warp_specialized`` runs each layer through the warp-specialized
-GEMM of ``warp_specialized_gemm.py``, which reads the FP8 weight from the Marlin layout itself;
-its accuracy is checked first as that tool checks it. With ``--l2-chunk-mib``,
-``unpack_l2_chunks`` unpacks each weight a slice of whole 256-channel tiles at a time into one
-buffer of about that size, small enough to stay in L2, and runs cuBLAS on each slice (outputs
-checked against FP32 the same way): what keeping the BF16 weight out of HBM saves.
-
-The floor: over a window held at the power limit, time = dynamic energy / (limit - static
-power). BF16's GEMMs plus the unpacks' dynamic energy, spent at the limit, take
-(E_bf16 + E_unpack) / (P_limit - P_idle) at the least, whatever overlaps what; divided by BF16's
-own time this is the fixed-clock ``floor`` (the idle power stands in for the static power).
-``floors`` also gives it with the GEMMs' clock lowered to make room. Results:
-research/results/power-floor-h200.md and research/results/power-floor-h100.md (with both added
-paths).
+Needs a CUDA GPU, NVML (the nvidia-ml-py package) and the Marlin library. ``--fused`` (Hopper)
+and ``--l2-chunk-mib`` add paths (``fused_warp_specialized``, ``unpack_l2_chunks``). Method,
+paths and the floor (``floors``): research/results/power-floor-h200.md, power-floor-h100.md.
 """
 
 from __future__ import annotations
@@ -183,10 +165,10 @@ def passes_for(run: Pass, window_s: float) -> int:
 def floors(rows: dict[str, dict[str, float]], limit_w: float, idle_w: float) -> dict[str, float]:
     """Least time / BF16's for BF16's work plus the unpacks', spent at the power limit.
 
-    ``fixed_clock``: each kernel's dynamic energy as measured (module doc). ``scaled_clock``: the
-    power manager lowers the GEMMs' clock to make room for the unpacks' power, and a GEMM's
-    dynamic power goes as its clock cubed (voltage following clock), so it then spends less
-    energy per multiply; the unpacks' energy (memory traffic) stays. The truth lies between."""
+    ``fixed_clock``: (E_bf16 + E_unpack) / (P_limit - P_idle), dynamic energies as measured and
+    the idle power for the static one, over BF16's time. ``scaled_clock``: the GEMMs' clock
+    lowered to make room, their dynamic power going as clock cubed (voltage following clock);
+    the unpacks' energy (memory traffic) stays. The truth lies between."""
     bf16, unpacks = rows["bf16"], rows[UNPACK_ONLY]
     seconds = bf16["us_per_pass"] / 1e6
     budget = limit_w - idle_w  # dynamic power the limit allows

@@ -6,21 +6,10 @@ beside BF16 cuBLAS and the overlay's unpack + cuBLAS on one Hopper GPU.
     python3 research/register_a_gemm.py \\
         --out OUT/register-a-gemm.json --png OUT/register-a-gemm.png
 
-Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library (as the GPU proof does).
-
-The kernel computes each output tile transposed, Y^T = W @ X^T, so the weight is wgmma's A
-operand, which may come from registers: the Marlin layout already holds, in one thread's words,
-the values a thread of an m16n8k16 A fragment needs (two neighbouring words: channels g and
-g + 8, K rows 2t, 2t + 1, 2t + 8, 2t + 9). Each thread loads its words and scales two K steps
-ahead, scales code pairs with one bf16x2 multiply (Marlin's exponent trick, so each value is
-FP8 x scale rounded to BF16 once, as the unpack rounds it) and hands them to wgmma without a
-trip through shared memory; X comes in by TMA. No BF16 copy of the weight is written. Two
-pipelines: serialized (one register set for A, each step's MMA waited for before the next) and
-overlapped (two sets, one MMA always in flight).
-
-Before timing, every layer's output is checked against an FP32 reference: its error must be
-within 1.5x the error cuBLAS makes on the dequantized BF16 weight, or the command exits non-zero.
-Results: research/results/register-a-gemm-h200.md.
+Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library. Each output tile is
+computed transposed (Y^T = W X^T) so the weight is the A operand, which may come from registers;
+exits non-zero when a layer's error exceeds 1.5x cuBLAS's. Design and results:
+research/results/register-a-gemm-h200.md.
 """
 
 from __future__ import annotations

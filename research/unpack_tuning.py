@@ -5,11 +5,10 @@
     export PYTHONPATH=files/vllm_dualpath/src:files/vllm_dualpath/benchmarks:.cache/gpu
     python3 research/unpack_tuning.py
 
-Needs a CUDA GPU and vLLM's Marlin ops (VLLM_DUALPATH_MARLIN_LIB, the library
-tools/marlin/build.py builds) to repack the weights; the older kernel is optional (--older names
-its module, looked up on PYTHONPATH). Every variant must give the older kernel's bits; the line per
-shape names the fastest and each variant's time and share of the device copy bandwidth (3 bytes
-per element), on standard output. Results: docs/perf/unpack-tuning-h200.txt.
+Needs a CUDA GPU and vLLM's Marlin ops; the older kernel (``--older``, a module on PYTHONPATH)
+is optional, and every variant must give its bits. One line per shape on standard output: the
+fastest variant, then each one's time and share of device copy bandwidth (3 bytes per element).
+Results: docs/perf/unpack-tuning-h200.txt.
 """
 
 from __future__ import annotations

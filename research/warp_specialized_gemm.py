@@ -7,18 +7,8 @@ overlay's unpack + cuBLAS on one Hopper GPU.
     python3 research/warp_specialized_gemm.py \\
         --out OUT/warp-specialized-gemm.json --png OUT/warp-specialized-gemm.png
 
-Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library (as the GPU proof does).
-
-A CTA computes 128 channels x 256 tokens of the output, transposed (Y^T = W X^T), in three
-warpgroups that share a ring of shared-memory stages:
-- the decoder takes each K step's words and scales from a TMA ring of their own, scales the
-  code pairs with one bf16x2 multiply, writes the BF16 weight tile into the stage (stmatrix),
-  and issues the stage's X tile by TMA;
-- two MMA warpgroups, 64 channels each, run wgmma with both operands in shared memory and free
-  a stage as soon as the MMA reading it has finished;
-- at the end, each MMA warpgroup's output tile leaves by TMA through an X stage.
-No BF16 copy of the weight outlives its stage. Before timing, every layer's output is checked
-against an FP32 reference (``fused_gemm_bench``). Results:
+Needs a Hopper GPU, Triton's Gluon (Triton 3.6) and the Marlin library. Checked against FP32
+before timing (``fused_gemm_bench``). Design and results:
 research/results/warp-specialized-gemm-h200.md.
 """
 

@@ -1,16 +1,13 @@
 """Build CUTLASS's Hopper mixed-input GEMM (FP8 weight x BF16 activation) as one C library.
 
-Needs nvcc (CUDA 12.3 or newer) and CUTLASS's headers, which the ``nvidia-cutlass`` wheel on PyPI
-carries (fetched with ``pip download nvidia-cutlass --no-deps`` wherever PyPI can be reached);
-neither torch nor network access. Each variant in ``VARIANTS`` is one compilation of
-``mixed_input_gemm.cu``, in parallel, linked into ``libmixed_input_gemm.so``, whose C functions
-``<variant>_run``, ``_workspace``, ``_prepare_weight`` and ``_status_string`` the
-``mixed_input_gemm`` tool calls.
-
     python3 research/mixed_input/build.py --out build/mixed_input \\
         --cutlass-wheel .cache/gpu/nvidia_cutlass-4.2.0.0-py3-none-any.whl
 
-Nothing built here belongs in the repository: the output folder is git-ignored.
+Needs nvcc (CUDA 12.3 or newer) and the headers of the ``nvidia-cutlass`` wheel (``pip download
+nvidia-cutlass --no-deps``); neither torch nor network access. Each of ``VARIANTS`` compiles
+``mixed_input_gemm.cu`` once, in parallel, into ``libmixed_input_gemm.so`` (git-ignored output),
+whose C functions ``<variant>_run``, ``_workspace``, ``_prepare_weight`` and ``_status_string``
+the ``mixed_input_gemm`` tool calls.
 """
 
 from __future__ import annotations

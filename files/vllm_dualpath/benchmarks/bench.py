@@ -2,12 +2,8 @@
 
     PYTHONPATH=src python benchmarks/bench.py --calibration table.json --out dualpath.json
 
-For each dense shape and each M it times, side by side in one process: `bf16` (F.linear on the
-dequantized BF16 weight), `marlin` (vLLM's Marlin W8A16 call), `unpack_cublas` (the overlay's
-one-pass unpack into scratch, then F.linear) and `dualpath` (the overlay's custom op, dispatching
-with the calibration table). Medians of CUDA-graph replays over rotating weight sets
-(vllm_dualpath.timing). It also measures device copy bandwidth and the unpack's bandwidth per
-shape. Progress goes to stderr, one line per (shape, M); the JSON is written at the end.
+Per shape and M, the four paths of ``bench_paths`` side by side (``vllm_dualpath.timing``), plus
+device copy and unpack bandwidth. Progress goes to stderr; the JSON is rewritten after each shape.
 """
 
 from __future__ import annotations
@@ -36,11 +32,8 @@ M_VALUES = (1, 2, 4, 8, 16, 20, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 1
 
 
 def copy_bandwidth_gbps(nbytes: int = 2 << 30, repeats: int = 20) -> float:
-    """Device-to-device copy bandwidth, counting bytes read plus bytes written.
-
-    The best of a plain `copy_` (eager, timed with events) and an SM copy kernel in a graph:
-    a memcpy node inside a CUDA graph can run slower than the same copy launched eagerly.
-    """
+    """Device-to-device copy bandwidth, bytes read plus written: the best of an eager `copy_`
+    and an SM copy kernel in a graph, where a memcpy node can run slower than eagerly."""
     count = nbytes // 2
     source = torch.empty(count, dtype=torch.bfloat16, device="cuda").normal_()
     target = torch.empty_like(source)

@@ -1,27 +1,13 @@
 """Model-level benchmark: a stack of dense layers run in forward order, as a prefill step sees them.
 
     PYTHONPATH=src python benchmarks/bench_model.py --out model.json
+    PYTHONPATH=src python benchmarks/bench_model.py --timing queued --step decoder --link-gbs 200 \\
+        --out step.json
 
-Decoder layers of a TP2 rank (qkv, o_proj, shared-expert gate_up and down; each layer its own
-weights) run one after another for each M. Paths, timed side by side in turns: `bf16` (F.linear
-on the dequantized weights), `marlin` (vLLM's Marlin call), `unpack_cublas` (the overlay's op
-with every layer unpacked in line), `unpack_ahead` (the op unpacking the next layer's weight on a
-side stream from the end of this layer's GEMM, ``vllm_dualpath.ahead``) and
-`unpack_ahead_depth2` (the same, two layers ahead) and `unpack_ahead_slot_free` (one layer
-ahead, each prefetch started as soon as its slot is free, so against this layer's GEMM: the
-alternative to starting it when the GEMM has ended). Passes are eager, as vLLM
-runs prefill batches larger than its captured sizes (the ahead path is off inside CUDA graphs),
-each from an idle GPU or, with ``--timing queued``, back to back behind queued work (see
-``median_pass_us``); each median is of whole passes, with the host's time to issue a pass and
-the SM clock next to it, and once the host's time to issue the in-line path's pieces alone
-(``host_call_us``).
-Before timing, every overlay path's outputs are checked bit for bit against in-line unpacking.
-
-``--step dense`` (the default) runs the dense layers alone, back to back: nothing else for the
-unpack to hide under, and the step the targets in ``model_report`` are set on. ``--step decoder``
-runs each decoder layer's other work between them as a prefill step does (``step_work``):
-attention after qkv, the SiLU-and-mul before the expert's down, and, with ``--link-gbs``, a
-stand-in for each TP2 all-reduce holding the GPU as long as the link would.
+Decoder layers of a TP2 rank, each with its own weights, in eager passes (as vLLM runs prefill
+batches above its graph sizes) per path of ``make_passes``; the ahead paths' outputs are checked
+bit for bit against in-line unpacking first. ``--step decoder`` adds each decoder layer's other
+work between the dense layers (``step_work``); ``model_report``'s targets are set on the dense step.
 """
 
 from __future__ import annotations
@@ -153,14 +139,11 @@ class PassTimes:
 
 
 def median_pass_us(passes: dict[str, Pass], budget_s: float, timing: str = "isolated") -> PassTimes:
-    """Median device time of a pass, median host time to issue one (when the host is as slow as
-    the device, the pass is bound by Python and launches, not by kernels) and the median SM
-    clock seen while the passes ran.
+    """Median device time of a pass, host time to issue one, and SM clock while they ran.
 
-    `isolated`: each pass alone, timed from an idle GPU (the host's first call is in the time).
-    `queued`: passes back to back behind an untimed one, each timed between CUDA events at its
-    edges, as the dense layers of a forward pass start behind work queued before them; the GPU
-    then runs without pause, so its clock settles where its power limit puts it."""
+    `isolated`: each pass from an idle GPU, the host's first call in its time. `queued`: passes
+    back to back behind an untimed one, as a forward pass's dense layers start behind queued
+    work, so the clock settles where the power limit puts it."""
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     for run in passes.values():

@@ -29,9 +29,8 @@ def path_of_depth(depth: int) -> str:
     return "unpack_ahead" if depth == 1 else f"unpack_ahead_depth{depth}"
 
 
-# Measured beside the others in some results only: unpacking two layers ahead, and (older
-# results) one layer ahead with each prefetch started as soon as its slot is free, not after
-# the GEMM before it.
+# Paths only some results measured: two layers ahead, and one ahead with each prefetch started
+# as soon as its slot is free rather than after the GEMM before it.
 DEPTH2 = path_of_depth(2)
 SLOT_FREE = "unpack_ahead_slot_free"
 OPTIONAL_PATHS = (DEPTH2, SLOT_FREE)
@@ -60,13 +59,13 @@ def paths_of(result: dict[str, Any]) -> tuple[str, ...]:
 
 
 def step_of(result: dict[str, Any]) -> str:
-    """The step a result measured; results from before ``--step`` existed ran the dense one."""
+    """The step a result measured; a result without the field ran the dense one."""
     return str(result.get("step", "dense"))
 
 
 def default_depth(result: dict[str, Any]) -> int:
-    """The op's default unpack-ahead depth when the result was measured (one layer in results
-    from before the depth was a setting)."""
+    """The op's default unpack-ahead depth when the result was measured (1 where the result
+    has no such field)."""
     return int(result.get("default_ahead_depth", 1))
 
 
@@ -124,7 +123,7 @@ def scratch_line(result: dict[str, Any]) -> str:
     scratch = result["scratch_bytes"]
     plain = f"Scratch: {scratch['plain']:,} bytes for the plain buffer"
     slot = scratch.get("ahead_slot")
-    if slot is None:  # results from before the depth was a setting: two slots
+    if slot is None:  # a result without per-slot sizes had two slots
         return f"{plain}, {scratch['ahead']:,} more for the unpack-ahead double buffer."
     depth = default_depth(result)
     return (

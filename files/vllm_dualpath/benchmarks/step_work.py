@@ -1,13 +1,9 @@
 """The work of a decoder layer around its dense GEMMs, for the model-level benchmark.
 
-A TP2 rank of the model runs, between qkv, o_proj and the shared expert's gate_up and down:
-attention over the prompt, the SiLU-and-mul, and two all-reduces over the link to the other
-Spark (after o_proj and after the expert's down). Attention and the SiLU-and-mul run here for
-real, on fixed inputs (a kernel takes as long whatever the values). The all-reduce cannot: this
-is one GPU without the link. Its stand-in holds the stream for as long as the link would take,
-with a few one-warp programs spinning on the GPU's global timer and the rest of the GPU free, as
-while NCCL's kernels wait on the network. The routed experts are left out, which leaves the
-unpack less to hide under than a real layer has.
+Attention and the SiLU-and-mul run for real, on fixed inputs. The TP2 all-reduce cannot run on
+one GPU: its stand-in holds the stream as long as the link would, a few one-warp programs
+spinning on the global timer with the rest of the GPU free, as NCCL's kernels leave it. The
+routed experts are left out, so the unpack has less to hide under than in a real layer.
 """
 
 from __future__ import annotations
@@ -93,11 +89,9 @@ def decoder_work(
     generator: torch.Generator,
     device: torch.device,
 ) -> dict[int, Work]:
-    """The work that follows each dense layer of the stack in a decoder step, by its index:
-    attention after qkv_proj, the SiLU-and-mul after shared_gate_up, and after o_proj and
-    shared_down the all-reduce's stand-in (none when ``link_gbs`` is None). Its sizes follow
-    the stack: o_proj takes the attention's heads and gives the hidden size the all-reduce
-    carries; shared_down takes the SiLU-and-mul's output."""
+    """The work after each dense layer of a decoder step, by the layer's index in ``shapes``:
+    attention after qkv_proj, the SiLU-and-mul after shared_gate_up, the all-reduce stand-in
+    after o_proj and shared_down (none without ``link_gbs``); sizes follow the layers' shapes."""
     unknown = [s.name for s in shapes if s.name not in DECODER_LAYERS]
     if unknown:
         raise ValueError(f"no decoder work known after layers {unknown}")

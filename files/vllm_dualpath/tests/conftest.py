@@ -1,10 +1,8 @@
 """Test setup: without a GPU, Triton kernels run on the CPU through Triton's interpreter.
 
-The interpreter is chosen when kernels are decorated, for the whole process, so it is switched
-on here (before anything imports triton) only where there is no CUDA device: on a GPU machine
-the compiled kernels are what tests/gpu must exercise. Tests that run kernels on CPU tensors
-carry the ``interpreter`` marker and are skipped there, saying so; set TRITON_INTERPRET=1
-yourself to run them on a GPU machine anyway.
+The interpreter is fixed for the process when kernels are decorated, so it is set here, before
+anything imports triton, and only without a CUDA device: on a GPU machine tests/gpu must run the
+compiled kernels, and tests marked ``interpreter`` are skipped unless TRITON_INTERPRET=1 is set.
 """
 
 from __future__ import annotations

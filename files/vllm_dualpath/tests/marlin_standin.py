@@ -1,9 +1,7 @@
 """A stand-in for vLLM's apply_fp8_marlin_linear on machines without a GPU (Marlin is CUDA-only).
 
-It does Marlin's arithmetic in plain PyTorch from the reference layout: channel-wise scales
-multiply the accumulator, group-wise scales are applied to the weight (rounded to BF16), the
-sum is rounded once, and the bias is added to the BF16 result. Tests only; production always
-calls vLLM's real function.
+Marlin's arithmetic in plain PyTorch from the reference layout, rounding where Marlin rounds
+(package README, "Where the scale goes"). Tests only.
 """
 
 from __future__ import annotations

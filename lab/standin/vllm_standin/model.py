@@ -1,19 +1,12 @@
 """The stand-in's model: two small dense FP8 layers that every request runs on both ranks.
 
-They are packed into vLLM's Marlin layout once, at start-up, and called through the lab vllm's
-``MarlinFP8ScaledMMLinearKernel.apply_weights``, which looks ``apply_fp8_marlin_linear`` up in
-its module at each call. With the dual-path overlay's plugin registered, that name is the
-overlay's wrapper, so every request goes through ``torch.ops.dualpath.fp8_marlin_linear``: small
-M on the Marlin path, M >= DUALPATH_LARGE_M_MIN (1024 by default) on the unpack path, whose
-Triton kernel runs on the CPU under TRITON_INTERPRET=1. The overlay counts those calls itself.
-
-A request is, as in vLLM, one prefill over the prompt's tokens (the stand-in counts words) that
-yields the first token, then ``max_tokens - 1`` decode steps of one token each, at most
-MAX_DECODE_STEPS. Each step runs every layer once, so on each rank a request makes
-``len(LAYERS) * (1 + min(max_tokens - 1, MAX_DECODE_STEPS))`` op calls.
-
-Without torch, the lab vllm or the overlay, the stand-in still serves (its other tests need no
-torch) but says at start-up, as an error, that it runs no FP8 layer and nothing is counted.
+They are packed into vLLM's Marlin layout at start-up and called through the lab vllm's
+``MarlinFP8ScaledMMLinearKernel.apply_weights``, so with the overlay's plugin registered every
+call goes through ``torch.ops.dualpath.fp8_marlin_linear`` (its Triton kernel under
+TRITON_INTERPRET=1). A request is one prefill over its prompt's words, then
+``min(max_tokens - 1, MAX_DECODE_STEPS)`` one-token decode steps, each running every layer once.
+Without torch, the lab vllm or the overlay, the stand-in still serves and logs, as an error,
+that it runs no FP8 layer.
 """
 
 from __future__ import annotations

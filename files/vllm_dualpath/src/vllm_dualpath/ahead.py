@@ -1,43 +1,12 @@
 """Unpack ahead: the next layers' weights are unpacked on a side stream before their calls come.
 
-vLLM runs the dense layers of a forward pass in the same order every time, so the order seen
-once predicts the next unpack-path calls. Each call from ``DUALPATH_UNPACK_AHEAD_MIN_M`` up
-
-1. learns its place in that order (its predecessor's successor is this layer),
-2. takes its unpacked weight from the slot a previous call prefetched it into (a hit: the
-   current stream waits for the side stream's event), or unpacks it now (a miss),
-3. runs its GEMM inside the ``with`` block;
-4. on leaving it, records that its slot is free again and queues the unpacks of the layers
-   predicted to follow until ``depth`` are pending (``DUALPATH_UNPACK_AHEAD_DEPTH``), each into
-   a slot of its own, on the side stream, to start when this GEMM has ended. One layer ahead
-   (the default), the unpack then runs in the work between the two dense layers (attention,
-   the SiLU-and-mul, the TP2 all-reduce, during which the GPU mostly waits on the link), not
-   against a GEMM, whose cuBLAS kernel holds every SM. (Making cuBLAS leave SMs free for it,
-   with a small unpack grid there, measured slower: docs/perf/unpack-ahead-h200.md.) Deeper,
-   the unpacks for the layers after the next one run against the next GEMM: faster where
-   nothing runs between the dense layers, slower in a TP2 step (docs/perf/ahead-depth-h200.md).
-
-A prediction is only a guess: a call that does not match it unpacks its own weight, so results
-never depend on it. A prefetch serves only its own layer's next call, and only that call on this
-path with the very tensors it read, their version counters unchanged (which sees in-place
-changes through the tensors and their views; not those through ``param.data``, as vLLM's
-loaders write, nor through raw pointers, as NCCL does). Whatever comes first drops it: a call of
-its layer on another path (Marlin, an in-line unpack: ``served_elsewhere``, which the op calls)
-or a call of another layer on this one (a miss). Nothing is prefetched across the end of a
-forward pass (a successor earlier in the order than its predecessor), so a prefetch lives from
-the call that queued it to its own layer's next call, within one pass, as long as a pass that
-calls a layer also calls the layers learned after it (vLLM's fixed order of layers). vLLM changes
-weights only between passes, so a changed weight is never served stale.
-``depth + 1`` slots (``scratch.AHEAD_SLOTS``), each as large as the largest weight it has held;
-the op also keeps the plain slot grown, for the CUDA graphs captured later.
-On the CPU (tests) there are no streams: a prefetch runs at once, with the same slot logic.
-
-One caller stream: a slot is rewritten after waiting only on its ``ready`` and ``free`` events
-and on the order of the stream that calls, which is right as long as every call comes from one
-stream, as vLLM's forward does. Micro-batches on streams of their own (vLLM's dual-batch overlap)
-are not supported: at a call from another stream than the last one, the new stream first waits
-for everything the previous one queued, so nothing races, at the cost of any overlap between
-the two (logged once).
+vLLM runs a pass's dense layers in the same order every time, so the order seen once predicts
+the next calls. A call takes its weight from the slot a prefetch filled (a hit) or unpacks it now
+(a miss), then queues the next ``depth`` layers' unpacks, to start when its GEMM has ended. A
+prefetch serves only its own layer's next call in the same pass, with the very tensors it read:
+results never depend on a prediction. Calls must come from one CUDA stream; a call from another
+first waits for all the previous one queued. On the CPU (tests) a prefetch runs at once. The
+whole contract: the package README, "Unpack ahead".
 """
 
 from __future__ import annotations
@@ -201,8 +170,8 @@ class UnpackAhead:
         return self._current
 
     def _follow(self, stream: torch.cuda.Stream, previous: torch.cuda.Stream) -> None:
-        """Calls come from another stream now: order it after the previous one, whose reads of
-        the slots the events alone do not order before in-line rewrites (module docstring)."""
+        """Order a new caller stream after the previous one: the events alone do not order its
+        reads of the slots before in-line rewrites."""
         if self.stats.stream_switches == 0:
             logger.info(
                 "vllm-dualpath: unpack-ahead calls moved to another CUDA stream; each switch "

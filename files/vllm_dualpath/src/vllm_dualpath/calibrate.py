@@ -3,13 +3,8 @@
     python -m vllm_dualpath.calibrate --out /etc/vllm-dualpath/calibration.json \\
         --shapes 7168x5120,5120x6144,1536x5120
 
-For every shape it times Marlin and the unpack path side by side (CUDA-graph replays, rotating
-weight sets, medians) over a grid of M between the dispatcher's two thresholds, and records the
-smallest grid M from which the unpack path is faster at that M and every larger one. The table
-is written in the format vllm_dualpath.calibration reads. A listed shape decides every M above
-the small threshold (the large one does not apply to it), so a shape where Marlin wins over the
-whole grid is listed with twice the grid's largest M: it stays on Marlin over the grid and as far
-again past it. Shapes not measured are not listed: the dispatcher's thresholds apply to them.
+Per shape, the smallest M of the grid from which unpack + cuBLAS is faster at every larger M,
+timed side by side (``timing``); a shape where Marlin always wins gets twice the grid's largest M.
 """
 
 from __future__ import annotations
@@ -50,8 +45,8 @@ class Shape:
 
 
 # A TP2 rank of a GLM-4.5/4.6-class MoE model (hidden 5120, 96 query and 8 KV heads of 128,
-# shared expert 1536, dense-layer MLP 12288, vocabulary 151552), plus shapes Marlin must pad.
-# The shapes calibrated by default, and those the benchmarks beside the package measure.
+# shared expert 1536, dense MLP 12288, vocabulary 151552), plus shapes Marlin must pad: the
+# default shapes of the calibration and of the benchmarks.
 SHAPES = (
     Shape("qkv_proj", 7168, 5120),
     Shape("o_proj", 5120, 6144),
@@ -63,13 +58,12 @@ SHAPES = (
     Shape("odd_n_4100", 4100, 5120),
 )
 
-# Rotate weight sets until they span this many bytes of FP8, several times the H200's 60 MB L2,
-# so that a weight small enough for the L2 cache is not timed from the cache.
+# FP8 bytes the rotated weight sets span: several times a Hopper L2, so no weight is timed from it.
 ROTATION_BYTES = 256 << 20
 MAX_WEIGHT_SETS = 64
 
-# Above the small-M threshold, denser where crossovers were seen (M = 64..2048 on an H200). A
-# measured shape decides every M above the small threshold, so the grid runs past the large one.
+# Denser where crossovers lie (docs/perf/dualpath-h200.md). A measured shape decides every M
+# above the small threshold, so the grid runs past the large one.
 M_GRID = (24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 

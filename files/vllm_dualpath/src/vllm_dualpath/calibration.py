@@ -1,22 +1,7 @@
 """The per-GPU calibration table: for M between the two thresholds, which path is faster.
 
-Format (JSON)::
-
-    {
-      "format": 1,
-      "gpu": "NVIDIA GB10",                 # informational
-      "default_unpack_from_m": null,        # optional: for shapes not listed
-      "shapes": [
-        {"n": 4096, "k": 4096, "unpack_from_m": 192},
-        ...
-      ]
-    }
-
-``n`` and ``k`` are the layer's logical (unpadded, per-GPU) output and input sizes;
-``unpack_from_m`` is the smallest M from which unpack + cuBLAS beat Marlin in the measurement
-(``calibrate`` writes twice its grid's largest M where Marlin won over the whole grid). A listed
-shape decides every M above the small threshold. Shapes not listed, with no default, stay on
-Marlin between the thresholds.
+Format and meaning: the package README, "Calibration table". ``n``, ``k`` are a layer's logical
+(unpadded, per-GPU) sizes; a listed shape decides every M above the small threshold.
 """
 
 from __future__ import annotations

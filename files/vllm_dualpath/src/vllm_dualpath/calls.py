@@ -1,16 +1,10 @@
 """How often each path of the dual-path op ran in this process, so a service can show it is live.
 
-The op calls ``record`` each time a path serves a call. The first call of each path logs one
-line at once. A daemon thread, started by the first call, writes the counts to
-``<DUALPATH_STATS_DIR>/<host>-<pid>.json`` when they change (about once a second) and logs them
-every ``DUALPATH_REPORT_INTERVAL_S`` seconds when they changed; at interpreter exit the file is
-written once more with ``"final": true`` and the totals are logged.
+    python -m vllm_dualpath.calls DIR   # every process's counts in DIR, summed
 
-The counts are Python-level invocations of the op: a CUDA-graph replay does not re-enter Python,
-so a decode step replayed from a graph counted once, at capture.
-
-``python -m vllm_dualpath.calls DIR`` prints the counts of every process that wrote to DIR,
-summed: ``{"marlin": N, "unpack": M, "processes": K}``.
+``record`` counts a call; a daemon thread writes the counts to
+``<DUALPATH_STATS_DIR>/<host>-<pid>.json`` and logs them (package README, "Call counts"). A
+CUDA-graph replay does not re-enter Python: a graph's calls count once, at capture.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Index math of vLLM's Marlin FP8 (W8A16) weight format, and a plain-PyTorch reference of it.
 
-The reference is written for clarity, not speed: it builds the packed layout the way
-``gptq_marlin_repack(num_bits=8)`` does, undoes it, and dequantizes with an independent exact
-rounding, so the Triton kernel in ``unpack`` can be checked bit for bit on the CPU.
+The reference (for clarity, not speed) packs as ``gptq_marlin_repack(num_bits=8)`` does, undoes
+it, and dequantizes with its own exact rounding: what ``unpack`` is checked against on the CPU.
 
 Facts (vLLM 0.33/0.34, ``marlin_utils.py``, ``marlin_utils_fp8.py``, ``gptq_marlin_repack.cu``):
 
@@ -122,9 +121,8 @@ def permute_bias(bias: torch.Tensor) -> torch.Tensor:
 def unpermute_channels(permuted: torch.Tensor) -> torch.Tensor:
     """Inverse of permute_bias (and of the channel-wise scale permutation) on the last dim.
 
-    Uses views and one copy, no index tensor, so it is safe inside CUDA-graph capture.
-
-    Position 8*i + 2*a + b of a 32-block holds channel 8*a + 2*i + b (i, a < 4, b < 2).
+    Views and one copy, no index tensor: safe inside CUDA-graph capture. Position 8*i + 2*a + b
+    of a 32-block holds channel 8*a + 2*i + b (i, a < 4, b < 2).
     """
     blocks = permuted.reshape(*permuted.shape[:-1], -1, 4, 4, 2)
     return blocks.transpose(-3, -2).reshape(permuted.shape)
@@ -155,13 +153,9 @@ _BF16_SUBNORMAL_UNIT_LOG2: Final = -133
 
 
 def round_to_bf16(exact: torch.Tensor) -> torch.Tensor:
-    """float64 values with at most 24 significant bits -> BF16, rounded to nearest even once.
-
-    Every NaN becomes the quiet NaN 0x7FC0.
-
-    float64 -> float32 is exact for such values while they are normal in float32; below that
-    the rounding is done on the BF16 subnormal grid directly, so nothing rounds twice.
-    """
+    """float64 values with at most 24 significant bits -> BF16, rounded to nearest even once;
+    every NaN becomes the quiet NaN 0x7FC0. Values below fp32's normal range are rounded on the
+    BF16 subnormal grid directly, so nothing rounds twice."""
     tiny = exact.abs() < 2.0**_BF16_MIN_NORMAL_LOG2
     on_grid = torch.round(exact * 2.0**-_BF16_SUBNORMAL_UNIT_LOG2) * 2.0**_BF16_SUBNORMAL_UNIT_LOG2
     chosen = torch.where(tiny, on_grid, exact)

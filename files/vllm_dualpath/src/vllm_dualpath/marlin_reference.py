@@ -1,14 +1,9 @@
 """FP8 layers in vLLM's Marlin format, built the way vLLM builds them, for the calibration command,
 the benchmarks beside the package and the GPU tests.
 
-`prepare_fp8_for_marlin` restates vLLM's `prepare_fp8_layer_for_marlin` (0.33.0) for a dense
-FP8 layer: pack 4 bytes per int32 along K, zero-pad to a Marlin thread tile, repack with the real
-`gptq_marlin_repack` op, and turn per-tensor, per-channel or 128x128 block scales into Marlin's
-permuted BF16 scales with the 2^120 exponent bias folded in. `dequantize_fp8` is the exact
-dequantized weight that the unpack must reproduce, `marlin_linear` is vLLM's Marlin call.
-
-The ops come from vLLM itself where it is loaded, or from the library that tools/marlin/build.py
-builds (`load_marlin_library`).
+``prepare_fp8_for_marlin`` restates vLLM 0.33.0's ``prepare_fp8_layer_for_marlin`` for a dense
+layer, with the real ``gptq_marlin_repack``; the ops come from vLLM where it is loaded, else from
+the library tools/marlin/build.py builds (``load_marlin_library``).
 """
 
 from __future__ import annotations

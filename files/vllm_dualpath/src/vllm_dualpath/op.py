@@ -1,13 +1,8 @@
-"""The dual-path custom op: one FP8 weight-only linear that picks its kernel by M inside the op.
+"""The dual-path custom op: one FP8 weight-only linear that picks Marlin or unpack + cuBLAS by M.
 
-vLLM compiles the model with torch.compile and drops shape guards, so a Python ``if`` on M in
-traced code would be frozen at trace time. The branch therefore lives inside an opaque custom
-op (with a fake implementation for tracing):
-
-* M <= small threshold: the Marlin apply vLLM ships (installed by ``plugin.register``);
-* M >= large threshold: unpack the weight into scratch, then cuBLAS; by default the next
-  layer's weight is unpacked ahead on a side stream while this GEMM runs (``ahead``);
-* in between: whatever the per-GPU calibration table says (Marlin when it has no answer).
+The branch lives inside an opaque op because vLLM compiles the model without shape guards: a
+Python ``if`` on M in traced code would be frozen at trace time. The paths per M are in the
+package README.
 """
 
 from __future__ import annotations
@@ -65,9 +60,8 @@ def choose_path(m: int, size_n: int, size_k: int) -> str:
     current, table = _current()
     if m <= current.small_m_max:
         return MARLIN
-    # A shape measured on this GPU knows its own crossover, which may lie above the fixed
-    # large-M threshold (on the H200 of docs/perf/calibration-h200.json none does: 4100x5120's is
-    # M = 1024 itself, Marlin measured faster below it; the other shapes' lie between 24 and 256).
+    # A measured shape knows its own crossover, which may lie above the large-M threshold
+    # (measured crossovers: docs/perf/dualpath-h200.md).
     if table is not None and table.measured(size_n, size_k):
         return table.lookup(size_n, size_k, m)
     if m >= current.large_m_min:
@@ -133,15 +127,8 @@ def linear_on_unpacked(
     bias: torch.Tensor | None,
     channel_scale: str,
 ) -> torch.Tensor:
-    """x[M, size_k] @ W.T (+ bias) with W unpacked by ``unpack.unpack_weight`` with the scales
-    ``scales_for_unpack`` names.
-
-    The rounding steps follow Marlin's kernel (marlin_template.h). Group-wise scales multiply
-    the weight, rounded to BF16 (Marlin's bf16 ``__hmul2``): the unpack does exactly that.
-    Channel-wise scales follow ``channel_scale``: 'epilogue' multiplies the fp32 accumulator and
-    rounds once (Marlin's ``scale_float`` then float -> bf16), 'unpack' folds them into the
-    weight like group-wise ones. The bias is added to the BF16 result (Marlin's ``__hadd2``).
-    """
+    """x[M, size_k] @ W.T (+ bias) with W unpacked with the scales ``scales_for_unpack`` names,
+    rounded as Marlin's kernel rounds (package README, "Where the scale goes")."""
     if scales_for_unpack(weight_scale, channel_scale) is None:
         padded_n = weight_scale.shape[-1]
         accumulator = _matmul_fp32(x, unpacked)

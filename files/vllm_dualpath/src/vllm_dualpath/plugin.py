@@ -1,19 +1,9 @@
 """vLLM general plugin: route vLLM's FP8 Marlin dense apply through the dual-path op.
 
-vLLM calls ``register()`` in every process (API server, engine core, each TP worker) before
-the model loads. It checks that vLLM's internals are the ones this overlay was built against;
-if anything differs it logs one warning naming what is missing and changes nothing (or, with
-DUALPATH_STRICT=1, refuses to start). Importing this module touches neither vLLM nor CUDA.
-
-Where the apply lives (checked against the vLLM sources by the contract tests):
-
-* recent vLLM (0.33, 0.34): ``MarlinFP8ScaledMMLinearKernel.apply_weights`` in
-  ``vllm.model_executor.kernels.linear.scaled_mm.marlin`` calls the name
-  ``apply_fp8_marlin_linear`` it imported from ``marlin_utils_fp8``;
-* older vLLM: ``Fp8LinearMethod.apply`` and others call that module-level function directly.
-
-Either way the function is rebound, in its own module and in every module that imported it by
-name, to a wrapper with the same parameters that calls ``torch.ops.dualpath.fp8_marlin_linear``.
+``register()`` runs in every vLLM process before the model loads. It rebinds
+``apply_fp8_marlin_linear`` wherever vLLM bound it, after checking vLLM's internals are the ones
+expected; otherwise it warns once and changes nothing (DUALPATH_STRICT=1: refuses to start).
+Importing this module touches neither vLLM nor CUDA. Where the apply lives: the package README.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Reusable BF16 scratch buffers per device for unpacked weights.
 
-Slot 0 serves the plain unpack path (and CUDA graphs); slots from 1 up serve the unpack-ahead
-path (``ahead``: depth + 1 of them), so a prefetch in flight never writes a buffer a captured
-graph reads. Each slot only grows (to the largest weight it has held), so steady state allocates
-nothing; none is allocated while a CUDA graph is being captured, because memory from a capture
-pool must not outlive the graph. vLLM's profiling forward pass at the largest batch grows them
-before capture. A buffer handed out during a capture is baked into that graph, which replays
-into it for as long as it lives: when its slot grows later, that buffer is kept (retired), not
-freed, until ``release_all``.
+Slot 0 serves the plain unpack path and CUDA graphs; slots from 1 up serve unpack-ahead (depth + 1
+of them), so a prefetch never writes a buffer a captured graph reads. Slots only grow, and never
+during a capture: capture-pool memory must not outlive its graph. A buffer a graph captured is
+kept when its slot grows, since the graph replays into it, until ``release_all``.
 """
 
 from __future__ import annotations

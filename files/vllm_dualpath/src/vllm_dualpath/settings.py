@@ -21,16 +21,11 @@ REPORT_INTERVAL_S = "DUALPATH_REPORT_INTERVAL_S"
 
 DEFAULT_SMALL_M_MAX = 20
 DEFAULT_LARGE_M_MIN = 1024
-# With DUALPATH_UNPACK_AHEAD on, every unpack-path call outside CUDA graphs at
-# M >= DUALPATH_UNPACK_AHEAD_MIN_M (and >= DUALPATH_LARGE_M_MIN) unpacks ahead; calls that a
-# calibration table sends to the unpack path at smaller M unpack in line. In a TP2 decoder step,
-# with its all-reduces between the dense layers, ahead pays from M = 1024
-# (docs/perf/decoder-step-h200.md). Raise it where nothing runs between the dense layers: there
-# the host time ahead adds per call can outweigh it.
+# From here ahead pays in a TP2 decoder step (docs/perf/decoder-step-h200.md); with nothing
+# between the dense layers, its host time per call can outweigh it.
 DEFAULT_UNPACK_AHEAD_MIN_M = 1024
-# One layer ahead: each unpack starts when the GEMM before its layer has ended, so it runs in the
-# work between the two. Deeper, the extra unpacks run against the next GEMM instead: faster where
-# nothing runs between the dense layers, slower in a TP2 step (docs/perf/ahead-depth-h200.md).
+# Deeper, the extra unpacks run against the next GEMM, not in the work between layers
+# (docs/perf/ahead-depth-h200.md).
 DEFAULT_UNPACK_AHEAD_DEPTH = 1
 MAX_UNPACK_AHEAD_DEPTH = 3
 # How often each process logs its per-path call counts (when they changed); 0: never.

@@ -1,12 +1,7 @@
-"""GPU timing for the calibration (and the benchmarks beside the package): CUDA-graph replays,
-medians, rotating inputs.
+"""GPU timing for the calibration and the benchmarks: medians of CUDA-graph replays.
 
-Every measurement captures its calls in a CUDA graph, so launch overhead (CPU time) stays out of
-small-M numbers, and rotates over several weight sets, so a weight small enough for the L2 cache
-is not timed from the cache. A replay holds at least one pass over all sets and enough passes to
-run for `MIN_REPLAY_S`. Variants compared with each other are replayed in turns (A, B, C, A, B,
-C, ...), so clock and temperature drift during a run hits them alike; each result is the median
-replay time divided by the calls in one replay.
+Graphs keep launch overhead out of small-M numbers; rotating weight sets keep L2-sized weights
+from being timed from the cache; variants replayed in turns share clock and temperature drift.
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
-MIN_REPLAY_S = 300e-6
+MIN_REPLAY_S = 300e-6  # a replay: whole passes over every set, at least this long
 DEFAULT_BUDGET_S = 0.12
 MIN_REPLAYS = 7
 MAX_REPLAYS = 200

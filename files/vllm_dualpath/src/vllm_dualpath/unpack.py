@@ -1,21 +1,9 @@
 """One-pass Triton unpack: Marlin-packed FP8 weight (+ permuted scales) -> BF16 W[n, k] row-major.
 
-Every output element is FP8 value x true scale rounded to BF16 once, to nearest even. No step
-depends on how a backend rounds float -> bf16 casts, so the GPU and Triton's CPU interpreter
-(whose casts truncate) give the same bits:
-
-* a code's bits shifted into BF16 position read as value x 2**-120, exactly (an fp32 subnormal
-  for FP8 subnormals; the compiled kernel keeps subnormals, it is built without flush-to-zero),
-  and the stored scale carries the 2**120 back;
-* with an ordinary true scale (>= 2**-117, finite, or zero), value x scale is exact and normal
-  in fp32 (4 x 8 significant bits), and it is rounded to BF16 with integer arithmetic on its bits;
-* a block whose scales include any other (tiny, infinite or NaN) computes everything on
-  integers instead (``_scaled_bits_on_integers``), subnormal results included. The host checks
-  each weight's scales once (``_scales_are_ordinary``), so blocks of ordinary weights skip the
-  in-kernel check.
-
-Words are read with contiguous 16-byte loads, un-shuffled in registers and stored as row-major
-BF16 pairs. See ``layout`` for the index math this inverts.
+Each element is FP8 value x true scale, rounded to BF16 once (nearest even) on integer bits, so
+the GPU and Triton's CPU interpreter (whose float -> bf16 casts truncate) give the same bits; the
+compiled kernel keeps fp32 subnormals (no flush-to-zero). Why that is exact: the package README,
+"The unpack"; the index math this inverts: ``layout``.
 """
 
 from __future__ import annotations
@@ -29,8 +17,8 @@ import triton.language as tl
 
 from vllm_dualpath import layout
 
-# 16-row tiles of the Marlin layout one program unpacks (one 64-channel column of tiles) and its
-# warps: the fastest pair on an H200 (docs/perf/dualpath-h200.md).
+# Per program: 16-row tiles of one 64-channel column, and warps. They set the speed, never the
+# bits (the choice: docs/perf/dualpath-h200.md).
 DEFAULT_K_TILES = 4
 DEFAULT_NUM_WARPS = 4
 
@@ -85,13 +73,9 @@ def _scale_columns(n, GROUPED: tl.constexpr):  # type: ignore[no-untyped-def]
 
 @triton.jit
 def _scaled_pair(pair_codes, scale_bits, HAS_SCALES: tl.constexpr):  # type: ignore[no-untyped-def]
-    """Two BF16 results packed in an int32 from two e4m3 codes in bytes 0 and 2 of pair_codes.
-
-    Marlin's own trick: a code's sign and 7 low bits shifted into BF16 position read as
-    value x 2**-120 (NaN codes read as +-480 x 2**-120, as in Marlin), and the stored scale
-    carries the 2**120 back. In fp32 the product value x true scale is exact and normal for an
-    ordinary scale; the fp32 -> BF16 rounding is done on integer bits (nearest even).
-    """
+    """Two BF16 results packed in an int32 from two e4m3 codes in bytes 0 and 2 of pair_codes,
+    for ordinary scales: Marlin's shift decode (value x 2**-120, NaN codes as +-480), an exact
+    fp32 product with the stored scale, then rounding to BF16 on integer bits."""
     raw = ((pair_codes & 0x007F007F) << 4) | ((pair_codes & 0x00800080) << 8)
     low = (raw << 16).to(tl.float32, bitcast=True)
     high = (raw & -65536).to(tl.float32, bitcast=True)
@@ -161,10 +145,9 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
         scale_bits = scale_bits & 0xFFFF
         rare = 0
         if CHECK_SCALES:
-            # Ordinary scales: true scale (stored x 2**-120) >= 2**-117, finite, or zero; then
-            # the fp32 product is exact and normal. Blocks holding any other take the integer
-            # path. The host skips this check (a block-wide reduction) for weights it has
-            # checked once (``_scales_are_ordinary``).
+            # Ordinary scales (true scale >= 2**-117, finite, or zero) keep the fp32 product
+            # exact and normal; a block holding any other takes the integer path. A block-wide
+            # reduction: the host skips it for weights it checked once (_scales_are_ordinary).
             scale_exp = (scale_bits >> 7) & 255
             odd = ((scale_exp < 130) & ((scale_bits & 0x7FFF) != 0)) | (scale_exp == 255)
             rare = tl.max((odd & scale_mask).to(tl.int32))
@@ -250,10 +233,9 @@ def _check(packed: torch.Tensor, scales: torch.Tensor | None, size_n: int, size_
     return padded_k // groups
 
 
-# Launches seen before, by everything that decides their arguments: a known key means the same
-# arguments, so the same compiled kernel, launched again without Triton's per-call dispatch
-# (binding, specialization and cache lookup, most of the host time of a launch; vLLM calls the
-# op for every layer of every prefill pass). Pointers are kept as integers, so no tensor is held.
+# Launches by everything that decides their arguments: a known key repeats the compiled kernel
+# without Triton's per-call dispatch, most of a launch's host time. Pointers are kept as integers,
+# so no tensor is held.
 _known_launches: dict[tuple[object, ...], tuple[Callable[..., object], tuple[object, ...]]] = {}
 _MAX_KNOWN_LAUNCHES = 4096
 _direct_launch_works = True
@@ -306,11 +288,10 @@ def unpack_weight(
 ) -> torch.Tensor:
     """BF16 W[size_n, size_k] from a Marlin FP8 weight; scales=None leaves the FP8 values unscaled.
 
-    ``out`` may be any contiguous BF16 buffer with at least size_n * size_k elements (a scratch
-    buffer); the result is a view of its start. ``k_tiles`` (16-row tiles per block, a power of
-    two) and ``num_warps`` change the speed, never the result. On the GPU, a call into ``out``
-    with the arguments of an earlier one repeats that launch directly, unless ``direct`` is
-    False (benchmarks: Triton's dispatch every time).
+    The result is a view of the start of ``out`` (any contiguous BF16 buffer of at least
+    size_n * size_k elements) when given. ``k_tiles`` (a power of two) and ``num_warps`` change
+    the speed, never the result. On the GPU, a call into ``out`` with an earlier call's arguments
+    repeats its launch directly, unless ``direct`` is False.
     """
     global _direct_launch_works
     key = None
