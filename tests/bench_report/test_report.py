@@ -12,7 +12,7 @@ from pair_benchmark.reference import CASES
 from pair_benchmark.report import NoResultsError, load_results, write_report
 from pair_benchmark.table import build_rows, render_markdown
 
-from tests.conftest import REPO, output_of, run_local_play
+from tests.helpers import REPO, output_of, run_local_play
 
 SAMPLES = Path(__file__).with_name("samples")
 ROLE = REPO / "roles/pair_benchmark"

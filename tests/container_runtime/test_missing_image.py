@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, output_of, run_local_play
+from tests.helpers import REPO, output_of, run_local_play
 
 DIGEST = "sha256:" + "0" * 64
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, run_tool
+from tests.helpers import REPO, run_tool
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 REVISION = "0123456789abcdef0123456789abcdef01234567"

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def make_role(base: Path, name: str, options: dict[str, object], tasks: object = None) -> None:

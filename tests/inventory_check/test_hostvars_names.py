@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.inventory_check.conftest import flat, good_inventory, run_playbook, write_inventory
 
 MAGIC = {

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.inventory_check.conftest import (
     Run,
     flat,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.inventory_check.conftest import (
     DIGEST,
     REVISION,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lab import standin_context
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def requirements(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:

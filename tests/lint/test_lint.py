@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, output_of, run_tool
+from tests.helpers import REPO, output_of, run_tool
 
 PLAYBOOKS = sorted(p.relative_to(REPO) for p in (REPO / "playbooks").glob("*.yml"))
 

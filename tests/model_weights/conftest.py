@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from lab import make_checkpoint
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ROLE_FILES = REPO / "roles/model_weights/files"
 

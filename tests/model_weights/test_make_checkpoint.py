@@ -7,7 +7,7 @@ import re
 import yaml
 
 from lab import make_checkpoint
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def test_seed_1_gives_the_revision_the_lab_pins(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from lab import make_checkpoint
-from tests.conftest import REPO, output_of, run_tool
+from tests.helpers import REPO, output_of, run_tool
 
 MODEL_REPO = "stand-in/generated"
 DRAFT_REPO = "stand-in/drafter"

@@ -16,7 +16,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from tests.ansible_trust import trusted
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ROLE = REPO / "roles/model_weights"
 PROBE_OUTPUT = "4: enp1s0f1np1    inet 192.168.100.11/24 brd 192.168.100.255 scope global"

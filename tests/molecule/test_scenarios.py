@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from lab import labctl
-from tests.conftest import REPO, output_of, run_tool
+from tests.helpers import REPO, output_of, run_tool
 
 LOGS = REPO / ".cache/molecule-logs"
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pair_doctor.judge import judge
 
-from tests.conftest import REPO, output_of, run_tool
+from tests.helpers import REPO, output_of, run_tool
 from tests.pair_doctor.healthy_pair import healthy_pair
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import REPO, output_of, run_local_play
+from tests.helpers import REPO, output_of, run_local_play
 
 SYSTEMCTL = """#!/bin/sh
 exec_start='{{ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --rm --name vllm-tp2-rank1 \

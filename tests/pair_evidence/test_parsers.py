@@ -15,7 +15,7 @@ from pair_evidence.allreduce import (
 from pair_evidence.ib_write_bw import NoBandwidthRowError, parse_ib_write_bw
 from pair_evidence.nccl_log import Transport, parse_nccl_log
 
-from tests.conftest import REPO, output_of, run_local_play
+from tests.helpers import REPO, output_of, run_local_play
 
 SAMPLES = Path(__file__).with_name("samples")
 

@@ -8,7 +8,7 @@ import sys
 
 from pair_evidence.allreduce import parse_allreduce_output
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SCRIPT = REPO / "roles/pair_validate/files/allreduce_bench.py"
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pair_evidence.readings import READINGS
 
-from tests.conftest import REPO, output_of, run_local_play
+from tests.helpers import REPO, output_of, run_local_play
 
 ROLE = REPO / "roles/pair_validate"
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text(encoding="utf-8"))

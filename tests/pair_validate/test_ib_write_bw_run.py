@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, output_of, run_tool
+from tests.helpers import REPO, output_of, run_tool
 
 TWINS = (("enp1s0f1np1", "rocep1s0f1"), ("enP2p1s0f1np1", "roceP2p1s0f1"))
 ADDRESSES = {

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import output_of, run_tool
+from tests.helpers import output_of, run_tool
 
 # Roles that run their tasks statically in each step (roles included by name at run time show as
 # the including task, so the service's own role is known by that task's name).

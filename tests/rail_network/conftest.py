@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ROLE = REPO / "roles/rail_network"
 

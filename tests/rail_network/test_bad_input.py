@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, output_of, run_tool
+from tests.helpers import REPO, output_of, run_tool
 
 PREFIX = "dualspark-rail_network_bad_input"
 HOSTS = ("spark-a", "spark-b")

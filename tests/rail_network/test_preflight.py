@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, output_of, run_local_play
+from tests.helpers import REPO, output_of, run_local_play
 
 LIMITS = (
     "Limit                     Soft Limit           Hard Limit           Units     \n"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import output_of, run_tool
+from tests.helpers import output_of, run_tool
 from tests.rail_network.test_rdma_discovery import ADDRESSES, add_gid, mapped_gid, standin_sysfs
 
 PLAYBOOK = """

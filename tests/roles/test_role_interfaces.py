@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ROLES = sorted(path for path in (REPO / "roles").iterdir() if path.is_dir())
 SPECIFIED = [role for role in ROLES if (role / "meta/argument_specs.yml").exists()]

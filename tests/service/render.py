@@ -11,7 +11,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from tests.ansible_trust import trusted
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ROLE = REPO / "roles/vllm_tp2_service"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, output_of, run_local_play
+from tests.helpers import REPO, output_of, run_local_play
 
 # What spark_pair, container_runtime, model_weights, rail_network and dualpath_overlay publish.
 FACTS: dict[str, Any] = {

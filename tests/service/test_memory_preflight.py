@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import REPO, output_of, run_local_play
+from tests.helpers import REPO, output_of, run_local_play
 
 GIB_KIB = 1024 * 1024
 TASKS = REPO / "roles/vllm_tp2_service/tasks"

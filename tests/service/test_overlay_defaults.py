@@ -16,7 +16,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from tests.ansible_trust import trusted
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ROLE = REPO / "roles/dualpath_overlay"
 SETTINGS = REPO / "files/vllm_dualpath/src/vllm_dualpath/settings.py"

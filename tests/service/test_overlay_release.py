@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.conftest import REPO, write_demo_plugin
+from tests.helpers import REPO, write_demo_plugin
 
 SCRIPT = REPO / "roles/dualpath_overlay/files/overlay_release.py"
 

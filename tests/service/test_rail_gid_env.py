@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SCRIPT = REPO / "roles/vllm_tp2_service/files/rail_gid_env.py"
 TWINS = {"rocep1s0f1": "192.168.100.10", "roceP2p1s0f1": "192.168.101.10"}

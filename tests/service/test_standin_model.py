@@ -23,7 +23,7 @@ import torch
 from vllm_standin import model
 
 from lab import standin_context
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.service.standin_pair import STANDIN, Pair
 
 OVERLAY_SRC = REPO / "files/vllm_dualpath/src"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 CONFIRM = REPO / "roles/rolling_update/tasks/confirm.yml"
 PROMPT = b"Type yes to roll it"

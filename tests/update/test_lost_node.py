@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, output_of, run_tool
+from tests.helpers import REPO, output_of, run_tool
 
 TASKS = REPO / "roles/rolling_update/tasks"
 LOCAL = {

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, output_of, run_local_play, run_tool
+from tests.helpers import REPO, output_of, run_local_play, run_tool
 
 ROLES = f"ANSIBLE_ROLES_PATH={REPO / 'roles'}"
 HOST = socket.gethostname()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ROLLING_PLAYBOOKS = ("playbooks/update.yml", "playbooks/rollback.yml")
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO, output_of, run_tool, write_demo_plugin
+from tests.helpers import REPO, output_of, run_tool, write_demo_plugin
 
 ROLES = f"ANSIBLE_ROLES_PATH={REPO / 'roles'}"
 

@@ -12,6 +12,7 @@ DEST/src/vllm-VERSION. Exits non-zero, saying why, if anything could not be fetc
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import subprocess
 import sys
@@ -26,10 +27,17 @@ EXTRACTED_MARKER = ".extracted"
 
 
 def tested_versions() -> tuple[str, ...]:
-    sys.path.insert(0, str(PACKAGE_ROOT / "src"))
-    from vllm_dualpath.plugin import TESTED_VLLM_VERSIONS
-
-    return TESTED_VLLM_VERSIONS
+    """TESTED_VLLM_VERSIONS, read from the plugin's source: importing it would need torch."""
+    tree = ast.parse((PACKAGE_ROOT / "src/vllm_dualpath/plugin.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == "TESTED_VLLM_VERSIONS"
+            and node.value is not None
+        ):
+            return tuple(ast.literal_eval(node.value))
+    raise SystemExit("TESTED_VLLM_VERSIONS is not in vllm_dualpath/plugin.py")
 
 
 def source_dir(dest: Path, version: str) -> Path:
