@@ -12,10 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar
 
-from tests.ansible_trust import trusted
+from tests.ansible_trust import evaluate
 from tests.helpers import REPO
 
 ROLE = REPO / "roles/dualpath_overlay"
@@ -36,19 +34,34 @@ def settings() -> ModuleType:
     return module
 
 
-@pytest.fixture(scope="module")
-def role_env() -> dict[str, str]:
+def published_env(gpu: bool) -> dict[str, str]:
     """The env facts.yml publishes for the service from the role's defaults, on a node with no
-    release yet."""
+    release yet, with or without a GPU."""
     defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text(encoding="utf-8"))
     tasks = yaml.safe_load((ROLE / "tasks/facts.yml").read_text(encoding="utf-8"))
     (task,) = [t for t in tasks if "dualpath_overlay_env" in t.get("ansible.builtin.set_fact", {})]
     links = {"results": [{"stat": {"exists": False}}, {"stat": {"exists": False}}]}
-    variables: dict[str, Any] = {**defaults, **task["vars"], "dualpath_overlay_links": links}
-    templar = Templar(loader=DataLoader(), variables=trusted(variables))
-    env = templar.template(trusted(task["ansible.builtin.set_fact"]["dualpath_overlay_env"]))
+    variables: dict[str, Any] = {
+        **defaults,
+        **task["vars"],
+        "dualpath_overlay_links": links,
+        "dualpath_overlay_gpu_seen": {"stat": {"exists": gpu}},
+        "dualpath_overlay_env_release": "0.1.0-abc",
+    }
+    env = evaluate(task["ansible.builtin.set_fact"]["dualpath_overlay_env"], variables)
     assert isinstance(env, dict)
     return {str(key): str(value) for key, value in env.items()}
+
+
+@pytest.fixture(scope="module")
+def role_env() -> dict[str, str]:
+    return published_env(gpu=False)
+
+
+def test_a_node_with_a_gpu_names_its_release_table_by_default(settings: ModuleType) -> None:
+    env = published_env(gpu=True)
+    assert env["DUALPATH_CALIBRATION_TABLE"] == "/opt/vllm_dualpath-calibration/0.1.0-abc.json"
+    assert settings.load(env).calibration_table is not None
 
 
 def test_the_role_writes_every_setting_it_has_a_default_for(role_env: dict[str, str]) -> None:

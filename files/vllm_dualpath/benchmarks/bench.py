@@ -3,7 +3,10 @@
     PYTHONPATH=src python benchmarks/bench.py --calibration table.json --out dualpath.json
 
 Per shape and M, the four paths of ``bench_paths`` side by side (``vllm_dualpath.timing``), plus
-device copy and unpack bandwidth. Progress goes to stderr; the JSON is rewritten after each shape.
+device copy and unpack bandwidth. The paths are replayed in a fresh order every round: in a fixed
+order each path inherits the one before it, which moved ratios by 2-9% (``--order fixed`` as
+results up to docs/perf/dualpath-h200.md were timed; docs/perf/replay-order-h100.md). Progress
+goes to stderr; the JSON is rewritten after each shape.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ def run(
     channel_scale: str,
     budget_s: float,
     out: Path,
+    order: str = "shuffled",
 ) -> dict[str, object]:
     started = time.monotonic()
     copy_gbps = copy_bandwidth_gbps()
@@ -90,7 +94,10 @@ def run(
         for m in m_values:
             x = torch.randn(m, shape.k, device="cuda", generator=generator).to(torch.bfloat16)
             medians = timing.median_call_us_side_by_side(
-                {path: [factories[path](w, x) for w in weights] for path in paths}, budget_s
+                {path: [factories[path](w, x) for w in weights] for path in paths},
+                budget_s,
+                order=order,
+                seed=m,
             )
             rows.extend(
                 {"n": shape.n, "k": shape.k, "m": m, "path": path, "median_us": medians[path]}
@@ -103,6 +110,7 @@ def run(
         # Written after every shape, so an interrupted run still leaves its measurements.
         result = {
             "gpu": gpu_name(),
+            "order": order,
             "copy_gbps": copy_gbps,
             "unpack_gbps": unpack_gbps,
             "rows": rows,
@@ -150,6 +158,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=timing.DEFAULT_BUDGET_S,
         help="timed replay seconds per measurement",
     )
+    parser.add_argument(
+        "--order",
+        choices=timing.ORDERS,
+        default="shuffled",
+        help="replay the paths in a fresh order every round, or in --paths' order every round",
+    )
     return parser.parse_args(argv)
 
 
@@ -183,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         current.channel_scale,
         args.budget_s,
         args.out,
+        args.order,
     )
     log(f"wrote {args.out}")
     return 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import triton
 
 from vllm_dualpath import scratch, settings, timing, unpack
 from vllm_dualpath.calibrate import marlin_call, unpack_call
@@ -104,3 +106,60 @@ def unpack_only_us(weights: Sequence[WeightSet], budget_s: float, channel_scale:
         return lambda: unpack.unpack_weight(layer.qweight, scales, n, k, out=buffer)
 
     return median_call_us([one(layer) for layer in layers], budget_s)
+
+
+def graph_kernel_names(call: Callable[[], object]) -> list[str]:
+    """The GPU operations (kernels, copies) one CUDA-graph replay of ``call`` runs, in order,
+    as the profiler sees them."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    graph.replay()
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    cuda = torch.autograd.DeviceType.CUDA
+    try:
+        with torch.profiler.profile(activities=activities) as profile:
+            graph.replay()
+            torch.cuda.synchronize()
+        device_events = [e for e in profile.events() if e.device_type == cuda]
+    except Exception as error:  # the list is evidence, not a result: say why it is missing
+        return [f"profiler failed: {error}"]
+    finally:
+        del graph
+    device_events.sort(key=lambda e: e.time_range.start)
+    return [e.name[:160] for e in device_events]
+
+
+def machine() -> dict[str, object]:
+    """The GPU as torch and nvidia-smi name it, its L2 and SMs, and the software."""
+    properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+    try:
+        smi = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,power.limit,clocks.max.sm,memory.total",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout.strip()
+    except OSError as error:
+        smi = f"nvidia-smi failed: {error}"
+    return {
+        "gpu": properties.name,
+        "nvidia_smi": smi,
+        "sms": properties.multi_processor_count,
+        "l2_bytes": getattr(properties, "L2_cache_size", None),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton.__version__,
+    }

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
-from vllm_dualpath import calibration
+from vllm_dualpath import calibration, table_key
 
 DOCUMENT = {
     "format": 1,
@@ -35,17 +36,107 @@ def test_default_entry_covers_unlisted_shapes():
     assert table.lookup(4096, 4096, 200) == "unpack"
 
 
-def test_dump_and_load_round_trip(tmp_path):
-    table = calibration.parse(DOCUMENT)
+def here_key(**change) -> table_key.TableKey:
+    fields = {
+        "gpu": "NVIDIA GB10",
+        "driver": table_key.read_driver(),
+        "kernels": table_key.kernels_digest(),
+        "shapes": ((1024, 4096), (4096, 4096)),
+        **change,
+    }
+    return table_key.TableKey(**fields)
+
+
+def measured_table(**change) -> calibration.CalibrationTable:
+    return calibration.CalibrationTable(
+        unpack_ranges={(4096, 4096): ((64, 100), (192, None)), (1024, 4096): ()},
+        gpu="NVIDIA GB10",
+        key=here_key(**change),
+        measured_up_to_m=8192,
+    )
+
+
+def test_format_2_round_trips_with_its_ranges_and_key(tmp_path):
+    table = measured_table()
     path = tmp_path / "table.json"
     path.write_text(calibration.dump(table))
-    assert calibration.load(path) == table
+    loaded = calibration.load(path)
+    assert loaded == table
+    assert [loaded.lookup(4096, 4096, m) for m in (63, 64, 100, 101, 191, 192, 9000)] == [
+        "marlin",
+        "unpack",
+        "unpack",
+        "marlin",
+        "marlin",
+        "unpack",
+        "unpack",
+    ]
+    assert loaded.lookup(1024, 4096, 5000) == "marlin"  # measured: Marlin at every M
+
+
+def test_a_table_is_only_written_with_its_key():
+    with pytest.raises(calibration.CalibrationError, match="with its key"):
+        calibration.dump(calibration.parse(DOCUMENT))
+
+
+@pytest.mark.parametrize(
+    ("ranges", "message"),
+    [
+        ([[100, 50]], "ends before it starts"),
+        ([[64, None], [200, 300]], "overlaps"),
+        ([[64, 200], [150, 300]], "overlaps"),
+        ([[0, 10]], "must be a positive integer"),
+        ([64], "must be .first M"),
+    ],
+)
+def test_overlapping_or_reversed_ranges_are_refused(ranges, message):
+    document = json.loads(calibration.dump(measured_table()))
+    document["shapes"][0]["unpack"] = ranges
+    with pytest.raises(calibration.CalibrationError, match=message):
+        calibration.parse(document)
+
+
+def test_the_service_uses_a_table_measured_here(tmp_path):
+    path = tmp_path / "table.json"
+    path.write_text(calibration.dump(measured_table()))
+    assert calibration.load_for_service(path, strict=False) == measured_table()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"kernels": "0123456789abcdef"}, "kernels '0123456789abcdef'"),
+        ({"driver": "1.2.3"}, "driver"),
+    ],
+)
+def test_a_stale_table_is_refused_with_the_reason(tmp_path, caplog, monkeypatch, change, reason):
+    monkeypatch.setattr(calibration, "read_driver", lambda: "580.95.05")
+    path = tmp_path / "table.json"
+    path.write_text(calibration.dump(measured_table(**{"driver": "580.95.05", **change})))
+    with caplog.at_level(logging.WARNING, logger="vllm.dualpath"):
+        assert calibration.load_for_service(path, strict=False) is None
+    assert reason in caplog.text and "thresholds apply" in caplog.text
+
+
+def test_a_missing_or_malformed_table_falls_back_unless_strict(tmp_path, caplog):
+    missing = tmp_path / "absent.json"
+    with caplog.at_level(logging.WARNING, logger="vllm.dualpath"):
+        assert calibration.load_for_service(missing, strict=False) is None
+    assert "absent.json" in caplog.text
+    with pytest.raises(calibration.CalibrationError, match=r"absent\.json"):
+        calibration.load_for_service(missing, strict=True)
+
+
+def test_a_table_from_another_gpu_model_is_foreign():
+    table = measured_table()
+    assert calibration.foreign_gpu(table, "NVIDIA H100 80GB HBM3")
+    assert not calibration.foreign_gpu(table, "NVIDIA GB10")
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"format": 2}, "format must be 1"),
+        ({"format": 3}, r"format must be one of \[1, 2\]"),
         ({"extra": 1}, "unknown keys"),
         ({"shapes": {}}, "shapes must be a list"),
         ({"shapes": [{"n": 1, "k": 2}]}, r"shapes\[0\] must have exactly"),
@@ -65,4 +156,3 @@ def test_unreadable_file_error_names_the_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(calibration.CalibrationError, match=r"broken\.json"):
         calibration.load(path)
-    assert json.loads(calibration.dump(calibration.parse(DOCUMENT)))["format"] == 1

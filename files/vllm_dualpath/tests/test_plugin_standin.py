@@ -217,11 +217,27 @@ def test_calibration_table_from_the_environment_reaches_the_op(standin, monkeypa
     assert op.choose_path(300, 1024, 4096) == "marlin"
 
 
-def test_malformed_calibration_table_stops_startup_naming_the_file(standin, monkeypatch, tmp_path):
+def test_malformed_calibration_table_leaves_the_thresholds_unless_strict(
+    standin, monkeypatch, tmp_path, caplog
+):
     standin(VERSIONS[0])
     table = tmp_path / "broken-table.json"
     table.write_text('{"format": 1, "shapes": [{"n": 1}]}')
     monkeypatch.setenv("DUALPATH_CALIBRATION_TABLE", str(table))
+    plugin.register()
+    assert plugin.registered_route() is not None
+    assert "broken-table" in caplog.text
+    assert op.choose_path(1024, 4096, 4096) == "unpack"  # the large-M threshold
+
+
+def test_malformed_calibration_table_stops_a_strict_startup_naming_the_file(
+    standin, monkeypatch, tmp_path
+):
+    standin(VERSIONS[0])
+    table = tmp_path / "broken-table.json"
+    table.write_text('{"format": 1, "shapes": [{"n": 1}]}')
+    monkeypatch.setenv("DUALPATH_CALIBRATION_TABLE", str(table))
+    monkeypatch.setenv("DUALPATH_STRICT", "1")
     with pytest.raises(ValueError, match="broken-table"):
         plugin.register()
     assert plugin.registered_route() is None

@@ -54,7 +54,7 @@ def test_values_are_read(tmp_path):
         ("DUALPATH_UNPACK_AHEAD_DEPTH", "two"),
         ("DUALPATH_UNPACK_AHEAD_DEPTH", "0"),
         ("DUALPATH_UNPACK_AHEAD_DEPTH", "4"),
-        ("DUALPATH_CALIBRATION_TABLE", "/nonexistent/table.json"),
+        ("DUALPATH_CALIBRATION_TABLE", "relative/table.json"),
         ("DUALPATH_STATS_DIR", "relative/stats"),
         ("DUALPATH_REPORT_INTERVAL_S", "-1"),
         ("DUALPATH_REPORT_INTERVAL_S", "0.5"),

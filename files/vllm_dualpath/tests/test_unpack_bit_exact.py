@@ -102,12 +102,20 @@ def test_every_scale_bit_pattern_including_subnormal_inf_and_nan():
     assert torch.equal(bits(got), bits(expected))
 
 
-@pytest.mark.parametrize("k_tiles", [1, 2, 16])
-def test_tile_counts_do_not_change_the_result(k_tiles: int):
-    case = Case(200, 300, "block", seed=2)
+@pytest.mark.parametrize("k_fastest", [False, True])
+@pytest.mark.parametrize("k_tiles", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("kind", ["block", "channel"])
+def test_tile_counts_and_grid_order_do_not_change_the_result(
+    kind: str, k_tiles: int, k_fastest: bool
+):
+    """Tiles of one program share a row of block scales up to 8 tiles (128 K rows), not at 16;
+    channel-wise scales have one row: both ways of loading them, in either grid order."""
+    case = Case(200, 300, kind, seed=2)
     _, packed, stored, _ = build(case)
     expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
-    got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k, k_tiles=k_tiles)
+    got = unpack.unpack_weight(
+        packed, stored, case.size_n, case.size_k, k_tiles=k_tiles, k_fastest=k_fastest
+    )
     assert torch.equal(bits(got), bits(expected))
 
 
@@ -180,16 +188,21 @@ def test_zero_and_negative_channel_scales():
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-@pytest.mark.parametrize("rare", [False, True])
-def test_the_in_kernel_scale_check_alone_still_finds_every_rare_scale(monkeypatch, rare: bool):
-    """Inside graph capture the host cannot look at the scales: the kernel checks them."""
+@pytest.mark.parametrize("k_tiles", [8, 16])
+@pytest.mark.parametrize("rare_row", [None, 0, 1])
+def test_the_in_kernel_scale_check_alone_still_finds_every_rare_scale(
+    monkeypatch, rare_row: int | None, k_tiles: int
+):
+    """Inside graph capture the host cannot look at the scales: the kernel checks them, in
+    either group row, whether a program loads one row of scales (8 tiles) or two (16)."""
     monkeypatch.setattr(unpack, "_scales_are_ordinary", lambda scales: None)
     case = Case(128, 256, "block", seed=7)
     _, packed, stored, _ = build(case)
-    if rare:
-        stored.view(torch.int16)[0, 5] = 0x7FC1  # a NaN with a payload the fast path would keep
+    if rare_row is not None:
+        # A NaN with a payload the fast path would keep.
+        stored.view(torch.int16)[rare_row, 5] = 0x7FC1
     expected = layout.dequantize_reference(packed, stored, case.size_n, case.size_k)
-    got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k)
+    got = unpack.unpack_weight(packed, stored, case.size_n, case.size_k, k_tiles=k_tiles)
     assert torch.equal(bits(got), bits(expected))
 
 
@@ -246,6 +259,7 @@ def test_a_launch_is_repeated_only_for_the_same_arguments():
         key(size_k=240),
         key(k_tiles=2),
         key(num_warps=8),
+        key(k_fastest=not unpack.DEFAULT_K_FASTEST),
     ]
     assert all(other != first for other in others)
     stored.view(torch.int16)[0, 0] = 0x7F80  # +inf in place: same address, new verdict

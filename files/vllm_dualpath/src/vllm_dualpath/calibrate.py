@@ -1,10 +1,13 @@
-"""Measure, on this GPU, from which M unpack + cuBLAS beats Marlin for each dense shape.
+"""Measure, on this GPU, where unpack + cuBLAS beats Marlin for each dense shape a rank serves.
 
-    python -m vllm_dualpath.calibrate --out /etc/vllm-dualpath/calibration.json \\
-        --shapes 7168x5120,5120x6144,1536x5120
+    python -m vllm_dualpath.calibrate --model /models/ckpt --tensor-parallel-size 2 \\
+        --max-m 8192 --store /calibration/tables --link /calibration/RELEASE.json
 
-Per shape, the smallest M of the grid from which unpack + cuBLAS is faster at every larger M,
-timed side by side (``timing``); a shape where Marlin always wins gets twice the grid's largest M.
+The shapes come from the checkpoint's config.json (``model_shapes``; ``--shapes NxK,...`` or the
+built-in list instead), the M range from just above ``DUALPATH_SMALL_M_MAX`` up to ``--max-m``
+(the service's max-num-batched-tokens), the search from ``crossover``, the timing from ``timing``
+(CUDA graphs, both paths replayed in turns). ``--store``/``--link`` keep the table under its key
+(``table_key``) and point the service's path at it; ``--out`` writes one file.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from vllm_dualpath import calibration, op, scratch, settings, timing
+from vllm_dualpath import calibration, crossover, op, scratch, settings, table_key, timing
 from vllm_dualpath.marlin_reference import (
     MARLIN_LIBRARY_ENV,
     MarlinFp8Layer,
@@ -29,20 +33,7 @@ from vllm_dualpath.marlin_reference import (
     random_fp8_weight,
     random_scales,
 )
-
-
-@dataclass(frozen=True)
-class Shape:
-    """One dense layer of a tensor-parallel rank: out features N, in features K."""
-
-    name: str
-    n: int
-    k: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.n}x{self.k}"
-
+from vllm_dualpath.model_shapes import ModelConfigError, Shape, checkpoint_shapes
 
 # A TP2 rank of a GLM-4.5/4.6-class MoE model (hidden 5120, 96 query and 8 KV heads of 128,
 # shared expert 1536, dense MLP 12288, vocabulary 151552), plus shapes Marlin must pad: the
@@ -61,10 +52,6 @@ SHAPES = (
 # FP8 bytes the rotated weight sets span: several times a Hopper L2, so no weight is timed from it.
 ROTATION_BYTES = 256 << 20
 MAX_WEIGHT_SETS = 64
-
-# Denser where crossovers lie (docs/perf/dualpath-h200.md). A measured shape decides every M
-# above the small threshold, so the grid runs past the large one.
-M_GRID = (24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
 
 def weight_set_count(n: int, k: int) -> int:
@@ -141,37 +128,22 @@ def unpack_call(layer: MarlinFp8Layer, x: torch.Tensor, channel_scale: str) -> C
     return call
 
 
-def crossover(
-    marlin_us: Sequence[float], unpack_us: Sequence[float], m_grid: Sequence[int]
-) -> int | None:
-    """Smallest M of the grid from which the unpack path wins at every larger M too."""
-    threshold = None
-    for m, marlin, unpacked in reversed(list(zip(m_grid, marlin_us, unpack_us, strict=True))):
-        if unpacked >= marlin:
-            break
-        threshold = m
-    return threshold
-
-
-def unpack_from_m(found: int | None, m_grid: Sequence[int]) -> int:
-    """The table's threshold for a shape: its crossover, or, where Marlin won at every M of the
-    grid, twice the grid's largest M (larger batches were not measured)."""
-    return found if found is not None else 2 * max(m_grid)
-
-
-def calibrate_shape(
-    n: int,
-    k: int,
-    m_grid: Sequence[int],
+def measure_shape(
+    shape: Shape,
+    first_m: int,
+    max_m: int,
     block_size: tuple[int, int] | None,
     channel_scale: str,
     budget_s: float,
     generator: torch.Generator,
-) -> int | None:
-    layers = marlin_layers(n, k, weight_set_count(n, k), block_size, generator)
-    marlin_us, unpack_us = [], []
-    for m in m_grid:
-        x = torch.randn(m, k, device="cuda", generator=generator).to(torch.bfloat16)
+) -> calibration.Ranges:
+    """The M ranges where unpack + cuBLAS is faster for this shape, with a line per M measured."""
+    layers = marlin_layers(
+        shape.n, shape.k, weight_set_count(shape.n, shape.k), block_size, generator
+    )
+
+    def measure(m: int) -> tuple[float, float]:
+        x = torch.randn(m, shape.k, device="cuda", generator=generator).to(torch.bfloat16)
         medians = timing.median_call_us_side_by_side(
             {
                 "marlin": [marlin_call(layer, x) for layer in layers],
@@ -179,69 +151,114 @@ def calibrate_shape(
             },
             budget_s,
         )
-        marlin_us.append(medians["marlin"])
-        unpack_us.append(medians["unpack_cublas"])
+        marlin_us, unpack_us = medians["marlin"], medians["unpack_cublas"]
         log(
-            f"    M={m:<5d} marlin {marlin_us[-1]:8.1f} us  unpack+cublas {unpack_us[-1]:8.1f} us"
-            f"  ratio {unpack_us[-1] / marlin_us[-1]:.2f}"
+            f"    M={m:<5d} marlin {marlin_us:8.1f} us  unpack+cublas {unpack_us:8.1f} us"
+            f"  ratio {unpack_us / marlin_us:.2f}"
         )
-    del layers
+        return marlin_us, unpack_us
+
+    generic, tiles = crossover.search(first_m, max_m, measure)
+    layers.clear()
     torch.cuda.empty_cache()
-    return crossover(marlin_us, unpack_us, m_grid)
+    return crossover.unpack_ranges(generic, first_m, tiles)
 
 
-def parse_shapes(text: str | None) -> list[tuple[int, int]]:
-    if not text:
-        return [(s.n, s.k) for s in SHAPES]
+def parse_shapes(text: str) -> list[Shape]:
     shapes = []
     for item in text.split(","):
-        n, _, k = item.lower().partition("x")
-        shapes.append((int(n), int(k)))
+        n, _, k = item.strip().lower().partition("x")
+        try:
+            shapes.append(Shape(item.strip(), int(n), int(k)))
+        except ValueError:
+            raise SystemExit(f"--shapes: {item!r} is not NxK") from None
     return shapes
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def shapes_to_measure(args: argparse.Namespace) -> list[Shape]:
+    if args.model is not None:
+        try:
+            return checkpoint_shapes(args.model, args.tensor_parallel_size)
+        except ModelConfigError as error:
+            raise SystemExit(f"calibration: {error}") from None
+    return parse_shapes(args.shapes) if args.shapes else list(SHAPES)
+
+
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m vllm_dualpath.calibrate", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--out", type=Path, required=True, help="calibration table to write")
-    parser.add_argument(
-        "--shapes",
-        help="NxK per layer, comma-separated (default: a GLM-4.5-class TP2 rank)",
-    )
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, help="write the table to this file")
+    where.add_argument("--store", type=Path, help="keep the table here, named by its key")
+    parser.add_argument("--link", type=Path, help="with --store: the path the service reads")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--model", type=Path, help="checkpoint directory (its config.json)")
+    what.add_argument("--shapes", help="NxK per layer, comma-separated")
+    parser.add_argument("--tensor-parallel-size", type=int, default=2)
+    parser.add_argument("--max-m", type=int, default=8192, help="largest M a call can have")
+    parser.add_argument("--gpu", help="GPU name for the key (default: this GPU's)")
+    parser.add_argument("--driver", help="driver version for the key (default: this node's)")
     parser.add_argument("--marlin-lib", help="Marlin library from tools/marlin/build.py")
     parser.add_argument("--scales", choices=("block", "channel"), default="block")
     parser.add_argument("--channel-scale", choices=("epilogue", "unpack"))
     parser.add_argument("--budget-s", type=float, default=timing.DEFAULT_BUDGET_S)
+    return parser
+
+
+def write_table(table: calibration.CalibrationTable, args: argparse.Namespace) -> Path:
+    """Write atomically; under --store, named by the key, with --link pointed at it."""
+    assert table.key is not None
+    path = args.out if args.out is not None else table_key.stored_table(args.store, table.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(calibration.dump(table) + "\n", encoding="utf-8")
+    partial.replace(path)
+    if args.link is not None:
+        table_key.point_link(args.link, path)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = arguments()
     args = parser.parse_args(argv)
+    if args.link is not None and args.store is None:
+        parser.error("--link goes with --store")
+    shapes = shapes_to_measure(args)
     require_gpu_and_marlin(args.marlin_lib, "calibration")
 
     current = configure_overlay(None, args.channel_scale)
-    m_grid = [m for m in M_GRID if m > current.small_m_max] or [current.large_m_min]
+    first_m = current.small_m_max + 1
+    if args.max_m < first_m:
+        parser.error(
+            f"--max-m {args.max_m} is not above {settings.SMALL_M_MAX}={current.small_m_max}"
+        )
     block = (128, 128) if args.scales == "block" else None
     generator = torch.Generator(device="cuda")
     generator.manual_seed(0)
-    gpu = torch.cuda.get_device_name()
-    shapes = parse_shapes(args.shapes)
-    thresholds: dict[tuple[int, int], int] = {}
-    for index, (n, k) in enumerate(shapes, 1):
-        log(f"[{index}/{len(shapes)}] N={n} K={k}")
-        found = calibrate_shape(
-            n, k, m_grid, block, current.channel_scale, args.budget_s, generator
+    gpu = args.gpu or table_key.read_gpu_name() or torch.cuda.get_device_name()
+    key = table_key.node_key(shapes, gpu, args.driver)
+    log(f"calibrating {len(shapes)} shapes on {gpu}, M {first_m}..{args.max_m}")
+    started = time.monotonic()
+    ranges: dict[tuple[int, int], calibration.Ranges] = {}
+    for index, shape in enumerate(shapes, 1):
+        elapsed = time.monotonic() - started
+        eta = (
+            f", about {elapsed / (index - 1) * (len(shapes) - index + 1):.0f} s left"
+            if index > 1
+            else ""
         )
-        thresholds[(n, k)] = unpack_from_m(found, m_grid)
-        verdict = "unpack" if found else "Marlin wins over the whole grid; unpack"
-        log(f"    {verdict} from M={thresholds[(n, k)]}")
+        log(f"[{index}/{len(shapes)}] {shape.name} N={shape.n} K={shape.k} ({elapsed:.0f} s{eta})")
+        found = measure_shape(
+            shape, first_m, args.max_m, block, current.channel_scale, args.budget_s, generator
+        )
+        ranges[(shape.n, shape.k)] = found
+        log(f"    {crossover.describe(found)}")
     table = calibration.CalibrationTable(
-        unpack_from_m=thresholds, default_unpack_from_m=None, gpu=gpu
+        unpack_ranges=ranges, gpu=gpu, key=key, measured_up_to_m=args.max_m
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(calibration.dump(table) + "\n", encoding="utf-8")
-    log(
-        f"wrote {args.out} ({len(thresholds)} shapes); "
-        f"thresholds {settings.SMALL_M_MAX}={current.small_m_max} "
-        f"{settings.LARGE_M_MIN}={current.large_m_min} apply to shapes not listed"
-    )
+    path = write_table(table, args)
+    log(f"wrote {path} ({len(ranges)} shapes) in {time.monotonic() - started:.0f} s")
     return 0
 
 

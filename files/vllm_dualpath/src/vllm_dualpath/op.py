@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - the conventional name
 
 from vllm_dualpath import ahead, calls, layout, scratch, settings, unpack
-from vllm_dualpath.calibration import MARLIN, UNPACK, CalibrationTable
-from vllm_dualpath.calibration import load as load_table
+from vllm_dualpath.calibration import MARLIN, UNPACK, CalibrationTable, foreign_gpu
+from vllm_dualpath.calibration import load_for_service as load_table
 
 logger = logging.getLogger("vllm.dualpath")
 
@@ -28,6 +28,8 @@ _marlin_apply: MarlinApply | None = None
 _settings: settings.Settings | None = None
 _table: CalibrationTable | None = None
 _capture_fallback_logged = False
+_gpu_checked = False
+_unmeasured_logged: set[tuple[int, int]] = set()
 
 
 def install_marlin_apply(marlin_apply: MarlinApply | None) -> None:
@@ -38,9 +40,10 @@ def install_marlin_apply(marlin_apply: MarlinApply | None) -> None:
 
 def configure(current: settings.Settings, table: CalibrationTable | None) -> None:
     """Fix the thresholds, channel-scale mode and calibration table for this process."""
-    global _settings, _table
+    global _settings, _table, _gpu_checked
     with _state_lock:
-        _settings, _table = current, table
+        _settings, _table, _gpu_checked = current, table, False
+        _unmeasured_logged.clear()
     calls.configure(current.stats_dir, current.report_interval_s)
 
 
@@ -50,9 +53,39 @@ def _current() -> tuple[settings.Settings, CalibrationTable | None]:
         if _settings is None:
             _settings = settings.load()
             if _settings.calibration_table is not None:
-                _table = load_table(_settings.calibration_table)
+                _table = load_table(_settings.calibration_table, _settings.strict)
             calls.configure(_settings.stats_dir, _settings.report_interval_s)
         return _settings, _table
+
+
+def check_table_gpu(gpu: str) -> None:
+    """Drop a table measured on another GPU model; once per process, at the first GPU call."""
+    global _table, _gpu_checked
+    with _state_lock:
+        if _gpu_checked:
+            return
+        _gpu_checked = True
+        if _table is not None and foreign_gpu(_table, gpu):
+            logger.warning(
+                "vllm-dualpath: calibration table measured on %s, not on this %s; thresholds apply",
+                _table.gpu,
+                gpu,
+            )
+            _table = None
+
+
+def _note_unmeasured(table: CalibrationTable, size_n: int, size_k: int) -> None:
+    if (size_n, size_k) in _unmeasured_logged:
+        return
+    _unmeasured_logged.add((size_n, size_k))
+    key = table.key
+    logger.info(
+        "vllm-dualpath: the calibration table has no %dx%d layer (measured for %s); "
+        "thresholds apply to it",
+        size_n,
+        size_k,
+        ", ".join(f"{n}x{k}" for n, k in key.shapes) if key else "other shapes",
+    )
 
 
 def choose_path(m: int, size_n: int, size_k: int) -> str:
@@ -60,10 +93,12 @@ def choose_path(m: int, size_n: int, size_k: int) -> str:
     current, table = _current()
     if m <= current.small_m_max:
         return MARLIN
-    # A measured shape knows its own crossover, which may lie above the large-M threshold
+    # A measured shape knows its own crossovers, which may lie above the large-M threshold
     # (measured crossovers: docs/perf/dualpath-h200.md).
     if table is not None and table.measured(size_n, size_k):
         return table.lookup(size_n, size_k, m)
+    if table is not None:
+        _note_unmeasured(table, size_n, size_k)
     if m >= current.large_m_min:
         return UNPACK
     return MARLIN if table is None else table.lookup(size_n, size_k, m)
@@ -176,6 +211,8 @@ def fp8_marlin_linear(
     """apply_fp8_marlin_linear's contract, dispatched on M = tokens in this call."""
     global _capture_fallback_logged
     m = input.numel() // input.shape[-1]
+    if not _gpu_checked and input.is_cuda:
+        check_table_gpu(torch.cuda.get_device_name(input.device))
     arguments: dict[str, Any] = {
         "input": input,
         "weight": weight,

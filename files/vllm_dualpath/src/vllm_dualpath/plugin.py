@@ -241,7 +241,7 @@ def register() -> None:
 
         table = None
         if current.calibration_table is not None:
-            table = calibration.load(current.calibration_table)
+            table = calibration.load_for_service(current.calibration_table, current.strict)
         wrapper = make_wrapper(route.original)
     except IncompatibleVllmError as error:
         if current.strict:

@@ -111,8 +111,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         )
     table_raw = env.get(CALIBRATION_TABLE, "").strip()
     table = Path(table_raw) if table_raw else None
-    if table is not None and not table.is_file():
-        raise SettingsError(f"{CALIBRATION_TABLE}={table_raw!r} is not a readable file")
+    # Every vLLM process reads it, each from a working directory of its own.
+    if table is not None and not table.is_absolute():
+        raise SettingsError(f"{CALIBRATION_TABLE}={table_raw!r} must be an absolute path")
     stats_raw = env.get(STATS_DIR, "").strip()
     stats_dir = Path(stats_raw) if stats_raw else None
     # Every vLLM process writes there, each from a working directory of its own.

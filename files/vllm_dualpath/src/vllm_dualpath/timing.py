@@ -2,11 +2,15 @@
 
 Graphs keep launch overhead out of small-M numbers; rotating weight sets keep L2-sized weights
 from being timed from the cache; variants replayed in turns share clock and temperature drift.
+In a fixed order each variant always follows the same one, which leaves it that one's wake
+(dirty L2 lines to write back, a clock the power limit has lowered); shuffled, every round
+replays the variants in a fresh order.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
@@ -18,6 +22,7 @@ MIN_REPLAYS = 7
 MAX_REPLAYS = 200
 
 Calls = Sequence[Callable[[], object]]
+ORDERS = ("fixed", "shuffled")
 
 
 def _elapsed_s(start: torch.cuda.Event, end: torch.cuda.Event) -> float:
@@ -58,12 +63,33 @@ def _capture(calls: Calls) -> tuple[torch.cuda.CUDAGraph, int, float]:
     return graph, passes * len(calls), estimate
 
 
+def replay_order(
+    names: Sequence[str], rounds: int, order: str = "fixed", seed: int = 0
+) -> list[list[str]]:
+    """The variants' replays, round by round: each variant once per round, in the given order
+    every round ('fixed') or in a fresh seeded permutation per round ('shuffled')."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    if order == "fixed":
+        return [list(names) for _ in range(rounds)]
+    shuffle = random.Random(seed)
+    return [shuffle.sample(list(names), len(names)) for _ in range(rounds)]
+
+
 def median_call_us_side_by_side(
-    variants: Mapping[str, Calls], budget_s: float = DEFAULT_BUDGET_S
+    variants: Mapping[str, Calls],
+    budget_s: float = DEFAULT_BUDGET_S,
+    order: str = "fixed",
+    seed: int = 0,
+    after_replay: Callable[[str], None] | None = None,
 ) -> dict[str, float]:
-    """Median microseconds per call of each variant, replayed in turns."""
+    """Median microseconds per call of each variant, replayed in turns (``replay_order``).
+    With ``after_replay``, each replay is waited for and then reported by name (to read the
+    clock it left, say): that puts a host round trip between replays."""
     if not variants or any(not calls for calls in variants.values()):
         raise ValueError("nothing to time")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     captured = {name: _capture(calls) for name, calls in variants.items()}
     round_s = sum(max(est * count, 1e-6) for _, count, est in captured.values())
     rounds = min(MAX_REPLAYS, max(MIN_REPLAYS, int(budget_s * len(variants) / round_s)))
@@ -74,12 +100,15 @@ def median_call_us_side_by_side(
         ]
         for name in variants
     }
-    for index in range(rounds):
-        for name, (graph, _, _) in captured.items():
+    for index, names in enumerate(replay_order(list(captured), rounds, order, seed)):
+        for name in names:
             start, end = events[name][index]
             start.record()
-            graph.replay()
+            captured[name][0].replay()
             end.record()
+            if after_replay is not None:
+                end.synchronize()
+                after_replay(name)
     torch.cuda.synchronize()
     result = {}
     for name, (_, count, _) in captured.items():

@@ -17,10 +17,12 @@ import triton.language as tl
 
 from vllm_dualpath import layout
 
-# Per program: 16-row tiles of one 64-channel column, and warps. They set the speed, never the
-# bits (the choice: docs/perf/dualpath-h200.md).
-DEFAULT_K_TILES = 4
+# Per program: 16-row tiles of one 64-channel column, and warps; and whether neighbouring
+# programs take neighbouring K blocks (else neighbouring columns). They set the speed, never
+# the bits (the choice: docs/perf/unpack-bandwidth-h100.md).
+DEFAULT_K_TILES = 8
 DEFAULT_NUM_WARPS = 4
+DEFAULT_K_FASTEST = True
 
 
 @triton.jit
@@ -112,14 +114,20 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
     CHECK_SCALES: tl.constexpr,
     STORE_PAIRS: tl.constexpr,
     K_TILES: tl.constexpr,
+    ONE_SCALE_ROW: tl.constexpr,
+    K_FASTEST: tl.constexpr,
 ):
     # A program: K_TILES 16x64 tiles of one column of tiles, each 256 consecutive words, read
     # with plain contiguous loads. Word 32a + 8t + 2w + r of tile kt holds channel 16w + 8r + a
     # of the tile, K rows 16kt + 2t + {0, 1} in bytes {0, 2} and 16kt + 8 + 2t + {0, 1} in
     # bytes {1, 3}: each byte pair is two neighbouring BF16 results. The block is un-shuffled
     # in registers (permute), so the stores are row-major and contiguous.
-    tile_n = tl.program_id(0)
-    block_k = tl.program_id(1)
+    if K_FASTEST:
+        tile_n = tl.program_id(1)
+        block_k = tl.program_id(0)
+    else:
+        tile_n = tl.program_id(0)
+        block_k = tl.program_id(1)
     tile_rows = block_k * K_TILES + tl.arange(0, K_TILES)[:, None]
     flat = tl.load(
         packed_ptr + tile_rows * words_per_row + tile_n * 256 + tl.arange(0, 256)[None, :],
@@ -137,10 +145,17 @@ def _unpack_kernel(  # type: ignore[no-untyped-def]
 
     if HAS_SCALES:
         columns = _scale_columns(n, GROUPED)
-        if GROUPED:
-            # k_per_group is a multiple of 16 (checked by the caller): one group per tile row.
-            columns += (kt * 16 // k_per_group) * padded_n
-        scale_mask = (kt < k_tiles) & (n < size_n)
+        if ONE_SCALE_ROW:
+            # All tiles of the program share one row of scales (channel-wise, or groups of a
+            # multiple of K_TILES tiles): its 64 scales are loaded once, for every tile.
+            if GROUPED:
+                columns += (block_k * K_TILES * 16 // k_per_group) * padded_n
+            scale_mask = n < size_n
+        else:
+            if GROUPED:
+                # k_per_group is a multiple of 16 (checked by the caller): one group per tile row.
+                columns += (kt * 16 // k_per_group) * padded_n
+            scale_mask = (kt < k_tiles) & (n < size_n)
         scale_bits = tl.load(scales_ptr + columns, mask=scale_mask, other=0).to(tl.int32)
         scale_bits = scale_bits & 0xFFFF
         rare = 0
@@ -249,6 +264,7 @@ def _launch_key(
     out: torch.Tensor,
     k_tiles: int,
     num_warps: int,
+    k_fastest: bool = DEFAULT_K_FASTEST,
 ) -> tuple[object, ...]:
     scale_key = None
     if scales is not None:
@@ -268,6 +284,7 @@ def _launch_key(
         size_k,
         k_tiles,
         num_warps,
+        k_fastest,
     )
 
 
@@ -285,18 +302,20 @@ def unpack_weight(
     k_tiles: int = DEFAULT_K_TILES,
     num_warps: int = DEFAULT_NUM_WARPS,
     direct: bool = True,
+    k_fastest: bool = DEFAULT_K_FASTEST,
 ) -> torch.Tensor:
     """BF16 W[size_n, size_k] from a Marlin FP8 weight; scales=None leaves the FP8 values unscaled.
 
     The result is a view of the start of ``out`` (any contiguous BF16 buffer of at least
-    size_n * size_k elements) when given. ``k_tiles`` (a power of two) and ``num_warps`` change
-    the speed, never the result. On the GPU, a call into ``out`` with an earlier call's arguments
-    repeats its launch directly, unless ``direct`` is False.
+    size_n * size_k elements) when given. ``k_tiles`` (a power of two), ``num_warps`` and
+    ``k_fastest`` (the grid's order) change the speed, never the result. On the GPU, a call
+    into ``out`` with an earlier call's arguments repeats its launch directly, unless ``direct``
+    is False.
     """
     global _direct_launch_works
     key = None
     if direct and out is not None and packed.is_cuda and _direct_launch_works:
-        key = _launch_key(packed, scales, size_n, size_k, out, k_tiles, num_warps)
+        key = _launch_key(packed, scales, size_n, size_k, out, k_tiles, num_warps, k_fastest)
         known = _known_launches.get(key)
         if known is not None:
             launch, arguments = known
@@ -324,6 +343,8 @@ def unpack_weight(
     # Plain integer ceilings: triton.cdiv is a JIT function, slow to call from the host.
     k_tile_count = -(-size_k // layout.TILE)
     grid = (-(-size_n // layout.MIN_THREAD_N), -(-k_tile_count // k_tiles), 1)
+    if k_fastest:
+        grid = (grid[1], grid[0], 1)
     ordinary = None if scales is None else _scales_are_ordinary(scales)
     tensors = (
         packed,
@@ -344,6 +365,9 @@ def unpack_weight(
         "CHECK_SCALES": ordinary is not True,
         "STORE_PAIRS": store_pairs,
         "K_TILES": k_tiles,
+        "ONE_SCALE_ROW": scales is not None
+        and (scales.shape[0] == 1 or k_per_group % (layout.TILE * k_tiles) == 0),
+        "K_FASTEST": k_fastest,
     }
     compiled = _unpack_kernel[grid](*tensors, *values, **constants, num_warps=num_warps)
     if key is not None:

@@ -45,6 +45,30 @@ def test_unpack_with_scales_is_bit_exact(shape, generator) -> None:
     assert unpack.launches_known() > 0
 
 
+@pytest.mark.parametrize(("k_tiles", "num_warps", "k_fastest"), [(4, 4, False), (16, 4, True)])
+@pytest.mark.parametrize("shape", ALL, ids=shape_id)
+def test_other_tilings_and_grid_order_give_the_same_bits(
+    shape, k_tiles, num_warps, k_fastest, generator
+) -> None:
+    """Tiles per program, warps and grid order set the speed only: 4 tiles (and the default 8)
+    share one row of 128-block scales per program, 16 span two."""
+    n, k, block = shape
+    weight = random_fp8_weight(n, k, "cuda", generator)
+    scale = random_scales(n, k, block, "cuda", generator)
+    layer = prepare_fp8_for_marlin(weight, scale, block)
+    got = unpack.unpack_weight(
+        layer.qweight,
+        layer.scales,
+        n,
+        k,
+        out=_poisoned(n * k),
+        k_tiles=k_tiles,
+        num_warps=num_warps,
+        k_fastest=k_fastest,
+    )
+    assert torch.equal(_bits(got), _bits(dequantize_fp8(weight, scale, block)))
+
+
 def test_scales_changed_in_place_get_their_own_launch(generator) -> None:
     """A repeated launch is keyed on the scales' verdict too: an infinite scale written in place
     turns on the kernel's check for rare scales, as a first launch would."""

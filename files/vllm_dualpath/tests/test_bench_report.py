@@ -1,4 +1,4 @@
-"""The calibration's crossover rule and the benchmark report's target checks (no GPU needed)."""
+"""The benchmark report's target checks (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -6,40 +6,9 @@ import json
 
 import pytest
 
+import calibration_report
 import model_report
 from bench_report import checks
-from vllm_dualpath import calibrate, calibration, op, settings
-from vllm_dualpath.calibrate import M_GRID, crossover
-
-
-def test_crossover_is_the_first_m_from_which_unpack_always_wins() -> None:
-    grid = [32, 64, 128, 256, 512]
-    marlin = [10.0, 20.0, 40.0, 80.0, 160.0]
-    unpack = [50.0, 15.0, 45.0, 60.0, 70.0]  # wins at 64, loses at 128, wins from 256 on
-    assert crossover(marlin, unpack, grid) == 256
-
-
-def test_crossover_is_none_when_marlin_wins_at_the_top_of_the_grid() -> None:
-    assert crossover([1.0, 1.0], [0.5, 2.0], [100, 200]) is None
-
-
-def test_crossover_is_the_whole_grid_when_unpack_always_wins() -> None:
-    assert crossover([2.0, 2.0], [1.0, 1.0], [100, 200]) == 100
-
-
-def test_a_shape_marlin_wins_over_the_whole_grid_stays_on_marlin_over_it() -> None:
-    """A listed shape decides every M above the small threshold, the large one's too."""
-    found = crossover([1.0] * len(M_GRID), [2.0] * len(M_GRID), M_GRID)
-    assert found is None
-    threshold = calibrate.unpack_from_m(found, M_GRID)
-    listed = calibration.CalibrationTable(unpack_from_m={(4096, 4096): threshold})
-    table = calibration.parse(json.loads(calibration.dump(listed)))  # as the op reads it
-    op.configure(settings.load({}), table)
-    try:
-        assert [op.choose_path(m, 4096, 4096) for m in M_GRID] == ["marlin"] * len(M_GRID)
-    finally:
-        op.configure(settings.load({}), None)
-    assert calibrate.unpack_from_m(256, M_GRID) == 256
 
 
 def _result(dual_small: float, dual_large: float, unpack_gbps: float) -> dict:
@@ -239,3 +208,26 @@ def test_panels_plot_one_panel_per_result(tmp_path, monkeypatch) -> None:
     assert [len(axis.get_lines()) for axis in panels] == [3, 3, 3, 3]  # 2 paths + BF16's line
     assert model_report.main([*map(str, files), "--png", str(tmp_path / "shared.png")]) == 0
     assert len([axis for axis in saved[-1].axes if axis.get_visible()]) == 2
+
+
+def _calibrated(ratios: list[float]) -> dict:
+    rows = [
+        {"m": 24 + 8 * i, "marlin": 10.0, "unpack_cublas": 12.0, "dualpath": 10.0 * r, "ratio": r}
+        for i, r in enumerate(ratios)
+    ]
+    shape = {"name": "shared_gate_up", "n": 2048, "k": 4096}
+    return {"gpu": "test", "shape": shape, "unpack_ranges": [[41, None]], "rows": rows}
+
+
+def test_the_calibration_report_names_the_worst_m_and_fails_over_three_percent(tmp_path) -> None:
+    good, bad = _calibrated([1.0, 1.01, 1.02]), _calibrated([1.0, 1.05, 1.01])
+    assert calibration_report.summary(bad)["over"] == 1
+    assert calibration_report.summary(bad)["worst_m"] == 32
+    assert "41 and up" in calibration_report.markdown([good])
+    assert calibration_report.ranges_text([]) == "none (Marlin at every M)"
+    paths = []
+    for name, result in (("good", good), ("bad", bad)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(result))
+    assert calibration_report.main([str(paths[0])]) == 0
+    assert calibration_report.main([str(p) for p in paths]) == 1
