@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.pair_benchmark.forecast import ForecastFileError, load_forecast
+from ansible.module_utils.pair_benchmark.load_to_ready import load_to_ready
 from ansible.module_utils.pair_benchmark.report import (
     MARKDOWN_NAME,
     NoResultsError,
@@ -20,7 +22,10 @@ short_description: Write report.md, throughput.png and summary.json from vllm be
 description:
   - Reads every *.json result file of results_dir (a case per file, named by its
     `--metadata case=` or its file name) and writes the report into out, one row per reference
-    case beside the reference deployment's figure.
+    case beside the reference deployment's figure and, where forecast names a file that lists
+    the case, the forecast's figure; each row with its median TTFT, prefill and decode rates.
+  - Reports the service's load-to-ready from ready_record, the record vllm_tp2_service's
+    readiness gate keeps on rank 0, unless its rank 0 start is not service_started.
   - Leaves a report already in out as it is (changed false).
   - Needs matplotlib where it runs (the controller's Python).
 options:
@@ -40,6 +45,19 @@ options:
     description: Lines of the report's header (key -> value), also kept in summary.json.
     type: dict
     default: {}
+  forecast:
+    description:
+      - A model's forecast per case ({"gpu", "cases": {case: {"tok_s"}}}); a missing file leaves
+        the predicted column empty, an unreadable one too, with a warning.
+    type: path
+  ready_record:
+    description: The text of the service's readiness record on rank 0 ('' where it has none).
+    type: str
+    default: ''
+  service_started:
+    description: When rank 0's service container started (docker's State.StartedAt; '' unknown).
+    type: str
+    default: ''
 """
 
 RETURN = r"""
@@ -55,6 +73,14 @@ summary:
   description: Path of summary.json.
   type: str
   returned: when written
+load_to_ready_s:
+  description: The service's load-to-ready, seconds (null when not known).
+  type: float
+  returned: when written
+load_to_ready_note:
+  description: Why the load-to-ready is not known ('' when it is).
+  type: str
+  returned: when written
 """
 
 
@@ -65,6 +91,9 @@ def main() -> None:
             "out": {"type": "path", "required": True},
             "title": {"type": "str", "default": "dualspark benchmark"},
             "context": {"type": "dict", "default": {}},
+            "forecast": {"type": "path"},
+            "ready_record": {"type": "str", "default": ""},
+            "service_started": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -72,12 +101,23 @@ def main() -> None:
     markdown = out / MARKDOWN_NAME
     if markdown.exists() or module.check_mode:
         module.exit_json(changed=not markdown.exists(), markdown=str(markdown))
+    forecast_path = module.params["forecast"]
+    forecast, forecast_note = None, ""
+    try:
+        forecast = load_forecast(Path(forecast_path) if forecast_path else None)
+    except ForecastFileError as error:
+        # The measurement is done by now: report it, with the column empty and the reason.
+        forecast_note = f"unreadable forecast ({error})"
+        module.warn(forecast_note)
     try:
         report = write_report(
             load_results(Path(module.params["results_dir"])),
             out,
             module.params["title"],
             {str(key): str(value) for key, value in module.params["context"].items()},
+            forecast=forecast,
+            load=load_to_ready(module.params["ready_record"], module.params["service_started"]),
+            forecast_note=forecast_note,
         )
     except (NoResultsError, ResultFileError) as error:
         module.fail_json(msg=str(error))
@@ -86,6 +126,8 @@ def main() -> None:
         markdown=str(report.markdown),
         figure=str(report.figure),
         summary=str(report.summary),
+        load_to_ready_s=report.load.seconds,
+        load_to_ready_note=report.load.note,
     )
 
 

@@ -1,13 +1,18 @@
-"""The report's tables: one row per reference case, measured beside the reference figure, and
-one per case of another name (prefill and decode as measured, no reference)."""
+"""The report's tables: one row per reference case, measured beside the reference figure (and
+beside a model's forecast where one is given), and one per case of another name (prefill and
+decode as measured, no reference). Every row also gives the median time to first token and both
+rates, whatever the case's phase."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .forecast import Forecast
 from .reference import CASES, Case, Phase
 from .serve_result import ServeResult
+
+FORECAST_HEADER = "predicted (GB10 model)"
 
 
 @dataclass(frozen=True)
@@ -16,6 +21,10 @@ class Row:
     measured: float | None
     requests: int
     note: str
+    ttft_ms: float | None = None
+    prefill: float | None = None
+    decode: float | None = None
+    predicted: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -23,20 +32,28 @@ class Row:
         return None if self.measured is None else self.measured / self.case.reference_mid
 
 
-def build_rows(results: Mapping[str, ServeResult]) -> list[Row]:
+def build_rows(results: Mapping[str, ServeResult], forecast: Forecast | None = None) -> list[Row]:
     """One row per known case, in the reference's order; a case not run stays as 'not run'."""
     rows = []
     for case in CASES:
+        predicted = forecast.for_case(case.name) if forecast else None
         result = results.get(case.name)
         if result is None:
-            rows.append(Row(case, None, 0, "not run"))
+            rows.append(Row(case, None, 0, "not run", predicted=predicted))
             continue
-        measured = (
-            result.median_prefill_tok_s
-            if case.phase is Phase.PREFILL
-            else result.median_decode_tok_s
+        prefill, decode = result.median_prefill_tok_s, result.median_decode_tok_s
+        rows.append(
+            Row(
+                case,
+                prefill if case.phase is Phase.PREFILL else decode,
+                len(result.input_lens),
+                _note(case, result),
+                ttft_ms=result.median_ttft_ms,
+                prefill=prefill,
+                decode=decode,
+                predicted=predicted,
+            )
         )
-        rows.append(Row(case, measured, len(result.input_lens), _note(case, result)))
     return rows
 
 
@@ -70,6 +87,7 @@ class OtherRow:
     decode: float | None
     requests: int
     note: str
+    ttft_ms: float | None = None
 
 
 def build_other_rows(results: Mapping[str, ServeResult]) -> list[OtherRow]:
@@ -85,6 +103,7 @@ def build_other_rows(results: Mapping[str, ServeResult]) -> list[OtherRow]:
                 result.median_decode_tok_s,
                 len(result.input_lens),
                 "; ".join(_parts(result, prompts=True, outputs=True)),
+                ttft_ms=result.median_ttft_ms,
             )
         )
     return rows
@@ -92,20 +111,37 @@ def build_other_rows(results: Mapping[str, ServeResult]) -> list[OtherRow]:
 
 def render_other_markdown(rows: Iterable[OtherRow]) -> str:
     return _table(
-        ["case", "prefill tok/s", "decode tok/s", "notes"],
-        [[row.name, _cell(row.prefill), _cell(row.decode), row.note] for row in rows],
+        ["case", "prefill tok/s", "decode tok/s", "TTFT ms (median)", "notes"],
+        [
+            [row.name, _cell(row.prefill), _cell(row.decode), _cell(row.ttft_ms), row.note]
+            for row in rows
+        ],
     )
 
 
 def render_markdown(rows: Iterable[Row]) -> str:
     return _table(
-        ["case", "tok/s measured", "tok/s reference", "measured / reference", "notes"],
+        [
+            "case",
+            "tok/s measured",
+            FORECAST_HEADER,
+            "tok/s reference",
+            "measured / reference",
+            "TTFT ms (median)",
+            "prefill tok/s",
+            "decode tok/s",
+            "notes",
+        ],
         [
             [
                 row.case.title,
                 _cell(row.measured),
+                _cell(row.predicted),
                 row.case.reference_text,
                 "—" if row.ratio is None else f"{row.ratio:.2f}x",
+                _cell(row.ttft_ms),
+                _cell(row.prefill),
+                _cell(row.decode),
                 row.note,
             ]
             for row in rows
