@@ -1,0 +1,1 @@
+"""One Grafana dashboard per Spark pair: its JSON model, its queries and the checks it must pass."""
