@@ -13,9 +13,14 @@ Every request ends in exactly one of three counts:
 
 The stream stops by itself: after ``--max-requests`` requests or ``--max-seconds`` seconds,
 whichever comes first, or as soon as ``--stop-file`` exists. It only talks to loopback or
-private addresses (the lab's hosts), never anywhere else.
+private addresses (the lab's hosts), never anywhere else. An https URL is checked against
+``--cacert`` (for the name ``--tls-name``, when the URL gives an address); ``--header`` adds a
+header to every request, ``{worker}`` in it standing for the worker's number (one conversation
+per worker, for a front door's affinity).
 
     request_stream.py --url http://172.17.0.3:8000 --model M --max-seconds 120 --report out.json
+    request_stream.py --url https://172.17.0.9:8443 --cacert door.crt --tls-name door \
+        --header 'X-Session-Id: stream-{worker}' --model M --report out.json
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ import ipaddress
 import json
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -59,6 +65,14 @@ class StreamLimits:
 
 
 @dataclass(frozen=True)
+class TlsTarget:
+    """An https endpoint: its certificate is checked against cafile, for server_name."""
+
+    cafile: Path
+    server_name: str
+
+
+@dataclass(frozen=True)
 class CompletionCall:
     host: str
     port: int
@@ -66,6 +80,36 @@ class CompletionCall:
     body: bytes
     headers: dict[str, str]
     expect_text: str | None = None
+    tls: TlsTarget | None = None
+
+    def for_worker(self, worker: int) -> CompletionCall:
+        headers = {
+            name: value.replace("{worker}", str(worker)) for name, value in self.headers.items()
+        }
+        return replace(self, headers=headers)
+
+    def connection(self, timeout_s: float) -> http.client.HTTPConnection:
+        if self.tls is None:
+            return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+        context = ssl.create_default_context(cafile=str(self.tls.cafile))
+        return _NamedTlsConnection(
+            self.host, self.port, timeout=timeout_s, context=context, name=self.tls.server_name
+        )
+
+
+class _NamedTlsConnection(http.client.HTTPSConnection):
+    """Connects to an address and checks the certificate for a name (curl's --resolve)."""
+
+    def __init__(
+        self, host: str, port: int, *, timeout: float, context: ssl.SSLContext, name: str
+    ) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._tls_context = context
+        self._tls_name = name
+
+    def connect(self) -> None:
+        raw = socket.create_connection((self.host, self.port), self.timeout)
+        self.sock = self._tls_context.wrap_socket(raw, server_hostname=self._tls_name)
 
 
 @dataclass
@@ -75,6 +119,8 @@ class StreamReport:
     refused: int = 0
     failed: int = 0
     seconds: float = 0.0
+    # The longest any one request took, whatever its outcome: a hung request shows here.
+    slowest_s: float = 0.0
     reasons: dict[str, int] = field(default_factory=dict)
     failure_samples: list[str] = field(default_factory=list)
 
@@ -102,14 +148,36 @@ def check_target(host: str) -> None:
             )
 
 
+def parse_header(text: str) -> tuple[str, str]:
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip() or any(c.isspace() for c in name.strip()):
+        raise ValueError(f"header {text!r}: give it as 'Name: value'")
+    return name.strip(), value.strip()
+
+
 def completion_call(
-    url: str, model: str, prompt: str, max_tokens: int, api_key: str | None, expect: str | None
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    api_key: str | None,
+    expect: str | None,
+    *,
+    cafile: Path | None = None,
+    tls_name: str | None = None,
+    extra_headers: Sequence[str] = (),
 ) -> CompletionCall:
     parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"{url!r}: only plain http://host:port URLs of the lab are supported")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"{url!r}: only http:// or https:// host:port URLs of the lab are supported"
+        )
+    if (parts.scheme == "https") != (cafile is not None):
+        raise ValueError(f"{url!r}: give --cacert with an https URL, and only then")
     check_target(parts.hostname)
+    tls = TlsTarget(cafile, tls_name or parts.hostname) if cafile is not None else None
     headers = {"Content-Type": "application/json"}
+    headers.update(parse_header(header) for header in extra_headers)
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     body = json.dumps(
@@ -118,11 +186,12 @@ def completion_call(
     base = parts.path.rstrip("/")
     return CompletionCall(
         host=parts.hostname,
-        port=parts.port or 80,
+        port=parts.port or (443 if tls else 80),
         path=f"{base}/v1/completions",
         body=body,
         headers=headers,
         expect_text=expect,
+        tls=tls,
     )
 
 
@@ -160,10 +229,12 @@ def engine_stopped(status: int, payload: bytes) -> bool:
 
 
 def send_one(call: CompletionCall, timeout_s: float) -> Outcome:
-    connection = http.client.HTTPConnection(call.host, call.port, timeout=timeout_s)
+    connection = call.connection(timeout_s)
     try:
         try:
             connection.connect()
+        except ssl.SSLError as exc:
+            return Outcome(FAILED, f"TLS: {exc}")
         except OSError as exc:
             # Nothing listened (or the host is gone): the request never reached the service.
             return Outcome(REFUSED, f"connect: {type(exc).__name__}")
@@ -213,8 +284,9 @@ class RequestStream:
             self._report.sent += 1
             return True
 
-    def _record(self, outcome: Outcome) -> None:
+    def _record(self, outcome: Outcome, took_s: float) -> None:
         with self._lock:
+            self._report.slowest_s = max(self._report.slowest_s, round(took_s, 3))
             if outcome.kind == ANSWERED:
                 self._report.answered += 1
             elif outcome.kind == REFUSED:
@@ -225,10 +297,12 @@ class RequestStream:
                     self._report.failure_samples.append(outcome.reason)
             self._reasons[f"{outcome.kind}: {outcome.reason.split(':')[0]}"] += 1
 
-    def _worker(self) -> None:
+    def _worker(self, number: int) -> None:
+        call = self._call.for_worker(number)
         while self._take_ticket():
-            outcome = send_one(self._call, self._limits.request_timeout_s)
-            self._record(outcome)
+            started = time.monotonic()
+            outcome = send_one(call, self._limits.request_timeout_s)
+            self._record(outcome, time.monotonic() - started)
             pause = self._limits.refused_pause_s if outcome.kind == REFUSED else 0.0
             time.sleep(max(pause, self._limits.pause_s))
 
@@ -236,8 +310,8 @@ class RequestStream:
         started = time.monotonic()
         self._deadline = started + self._limits.max_seconds
         workers = [
-            threading.Thread(target=self._worker, daemon=True)
-            for _ in range(self._limits.concurrency)
+            threading.Thread(target=self._worker, args=(number,), daemon=True)
+            for number in range(self._limits.concurrency)
         ]
         for worker in workers:
             worker.start()
@@ -258,6 +332,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--expect", help="text every answer must contain")
     parser.add_argument("--api-key-env", help="environment variable holding the API key")
+    parser.add_argument("--cacert", type=Path, help="CA certificate of an https URL (PEM)")
+    parser.add_argument("--tls-name", help="name the certificate must carry (default: URL host)")
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        help="'Name: value' added to every request; {worker} is the worker's number",
+    )
     parser.add_argument("--max-requests", type=int, default=1000)
     parser.add_argument("--max-seconds", type=float, default=120.0)
     parser.add_argument("--request-timeout", type=float, default=30.0)
@@ -283,7 +365,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
     try:
         call = completion_call(
-            args.url, args.model, args.prompt, args.max_tokens, api_key, args.expect
+            args.url,
+            args.model,
+            args.prompt,
+            args.max_tokens,
+            api_key,
+            args.expect,
+            cafile=args.cacert,
+            tls_name=args.tls_name,
+            extra_headers=args.header,
         )
     except ValueError as exc:
         print(f"request_stream: {exc}", file=sys.stderr)

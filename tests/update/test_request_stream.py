@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import select
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +43,7 @@ class ServiceDouble(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), CompletionHandler)
         self.mode = "answer"
         self.delay_s = 0.0
+        self.sessions: list[str] = []
         self.draining = threading.Event()
         self.drained = threading.Event()
 
@@ -71,6 +74,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         request = json.loads(self.rfile.read(length))
+        self.server.sessions.append(self.headers.get("X-Session-Id", ""))
         time.sleep(self.server.delay_s)
         mode = self.server.mode
         if mode == "drop":
@@ -262,3 +266,56 @@ def test_command_line_refuses_a_public_target(capsys: pytest.CaptureFixture[str]
     rc = main(["--url", "http://8.8.8.8:8000", "--model", "m", "--max-requests", "1"])
     assert rc == 2
     assert "not a loopback or lab address" in capsys.readouterr().err
+
+
+def test_each_worker_sends_its_own_session_header(service: ServiceDouble) -> None:
+    call = completion_call(
+        service.url, "lab-model", "Q", 4, None, "Paris", extra_headers=["X-Session-Id: s-{worker}"]
+    )
+    report = RequestStream(call, StreamLimits(12, 30, 5, concurrency=3)).run()
+    assert report.answered == 12
+    assert set(service.sessions) == {"s-0", "s-1", "s-2"}
+    assert 0 < report.slowest_s < 5
+
+
+def test_a_header_without_a_colon_is_refused() -> None:
+    with pytest.raises(ValueError, match="give it as 'Name: value'"):
+        completion_call("http://127.0.0.1:1", "m", "Q", 4, None, None, extra_headers=["X-Id"])
+
+
+def test_https_needs_a_ca_and_plain_http_takes_none(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="give --cacert with an https URL"):
+        completion_call("https://127.0.0.1:1", "m", "Q", 4, None, None)
+    with pytest.raises(ValueError, match="give --cacert with an https URL"):
+        completion_call("http://127.0.0.1:1", "m", "Q", 4, None, None, cafile=tmp_path / "ca")
+
+
+def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    certificate, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}",
+         "-keyout", str(key), "-out", str(certificate)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return certificate, key
+
+
+@pytest.fixture
+def tls_service(service: ServiceDouble, tmp_path: Path) -> Iterator[tuple[ServiceDouble, Path]]:
+    certificate, key = self_signed(tmp_path, "door")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certificate, key)
+    plain = service.socket
+    service.socket = context.wrap_socket(plain, server_side=True)
+    yield service, certificate
+
+
+def test_https_is_checked_for_the_name_given(tls_service: tuple[ServiceDouble, Path]) -> None:
+    service, certificate = tls_service
+    url = service.url.replace("http://", "https://")
+    good = completion_call(url, "m", "Q", 4, None, "Paris", cafile=certificate, tls_name="door")
+    assert send_one(good, 5).kind == ANSWERED
+    wrong = completion_call(url, "m", "Q", 4, None, "Paris", cafile=certificate, tls_name="other")
+    outcome = send_one(wrong, 5)
+    assert (outcome.kind, outcome.reason.split(":")[0]) == (FAILED, "TLS")
