@@ -5,7 +5,10 @@ Every test host in this repository is made here: the README's lab, and every mol
 (through molecule/shared/create.yml and destroy.yml), so there is one way to make them.
 
     labctl.py image [--rebuild]              build the base image (debootstrap + docker import)
-    labctl.py up   [--prefix P] [--host H]   start the hosts and the rail between the first two
+    labctl.py up   [--prefix P] [--host H] [--rail A,B]
+                                             start the hosts on a network of their own (they
+                                             reach each other by container name) and a rail
+                                             between each pair (default: the first two hosts)
     labctl.py down [--prefix P] [--images]   remove the hosts (the rail goes with them); with
                                              --images also the base and stand-in images
     labctl.py status [--prefix P]
@@ -38,6 +41,13 @@ DEFAULT_HOSTS = ("spark-a", "spark-b")
 # The two ConnectX-7 port twins as DGX OS names them; the rail gets one veth link per twin.
 RAIL_INTERFACES = ("enp1s0f1np1", "enP2p1s0f1np1")
 PACKAGES_FILE = Path(__file__).with_name("image-packages.txt")
+# Loaded by every Python on a lab host (lab/zip_bytecode_cache.py says why).
+ZIP_BYTECODE_CACHE = Path(__file__).with_name("zip_bytecode_cache.py")
+HOST_SITE_PACKAGES = Path("usr/lib/python3/dist-packages")
+# Services of image-packages.txt that a role turns on where it is wanted (front door, metrics),
+# as apt would leave them on a fresh node; off in the image, so a host runs only what its roles
+# started.
+DISABLED_UNITS = ("haproxy.service", "prometheus.service", "prometheus-node-exporter.service")
 APT_SOURCES = (Path("/etc/apt/sources.list.d"), Path("/etc/apt/sources.list"))
 # Units that cannot work inside a container; masked so the host reaches "running", not "degraded".
 MASKED_UNITS = (
@@ -140,7 +150,15 @@ def image_packages() -> list[str]:
 
 def image_recipe_digest() -> str:
     """Changes whenever what goes into the image changes, so a stale image is rebuilt."""
-    recipe = json.dumps({"suite": SUITE, "packages": image_packages(), "masked": MASKED_UNITS})
+    recipe = json.dumps(
+        {
+            "suite": SUITE,
+            "packages": image_packages(),
+            "masked": MASKED_UNITS,
+            "disabled": DISABLED_UNITS,
+            "zip_bytecode_cache": hashlib.sha256(ZIP_BYTECODE_CACHE.read_bytes()).hexdigest(),
+        }
+    )
     return hashlib.sha256(recipe.encode()).hexdigest()[:16]
 
 
@@ -224,6 +242,8 @@ def prepare_rootfs(rootfs: Path) -> None:
     for key in rootfs.glob("etc/ssh/ssh_host_*"):
         key.unlink()  # each host makes its own at first boot (ssh.service regenerates them)
     (rootfs / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True, exist_ok=True)
+    for unit in DISABLED_UNITS:
+        (units / "multi-user.target.wants" / unit).unlink(missing_ok=True)
     keygen = units / "lab-ssh-keygen.service"
     keygen.write_text(
         "[Unit]\nDescription=Per-host SSH host keys for the lab\nBefore=ssh.service\n"
@@ -236,6 +256,11 @@ def prepare_rootfs(rootfs: Path) -> None:
     if not wants.is_symlink():
         wants.symlink_to("/etc/systemd/system/lab-ssh-keygen.service")
     (rootfs / "etc/machine-id").write_text("", encoding="utf-8")
+    site_packages = rootfs / HOST_SITE_PACKAGES
+    shutil.copyfile(ZIP_BYTECODE_CACHE, site_packages / ZIP_BYTECODE_CACHE.name)
+    (site_packages / "zip-bytecode-cache.pth").write_text(
+        f"import {ZIP_BYTECODE_CACHE.stem}\n", encoding="utf-8"
+    )
 
 
 def container_name(prefix: str, host: str) -> str:
@@ -272,6 +297,8 @@ def start_host(prefix: str, host: str, docker_socket: bool) -> None:
         host,
         "--label",
         f"{LABEL}={prefix}",
+        "--network",
+        prefix,
         *RUN_OPTIONS,
         *extra,
         IMAGE,
@@ -335,12 +362,39 @@ def wait_running(prefix: str, host: str) -> None:
     raise LabError(f"{name} is '{state or 'not answering'}', not running. Failed units:\n{failed}")
 
 
-def up(prefix: str, hosts: Sequence[str], docker_socket: bool) -> None:
+def ensure_network(prefix: str) -> None:
+    """A network of the lab's own: on it, Docker's DNS resolves each host's container name, as a
+    management network resolves a Spark's name (a front door reaches the pairs' APIs by it)."""
+    if docker("network", "inspect", prefix, check=False).returncode == 0:
+        return
+    docker("network", "create", "--label", f"{LABEL}={prefix}", prefix)
+    log(f"network {prefix}")
+
+
+def rail_pairs(hosts: Sequence[str], rails: Sequence[str]) -> list[tuple[str, str]]:
+    """The pairs joined by a rail: each 'A,B' of rails, or else the first two hosts."""
+    if not rails:
+        return [(hosts[0], hosts[1])] if len(hosts) >= 2 else []
+    pairs = []
+    for rail in rails:
+        ends = tuple(rail.split(","))
+        if len(ends) != 2 or ends[0] == ends[1] or not set(ends) <= set(hosts):
+            raise LabError(f"--rail {rail!r}: give two different hosts of the lab as A,B ({hosts})")
+        pairs.append((ends[0], ends[1]))
+    used = [host for pair in pairs for host in pair]
+    if len(used) != len(set(used)):
+        raise LabError(f"a host is on two rails: {rails}")
+    return pairs
+
+
+def up(prefix: str, hosts: Sequence[str], docker_socket: bool, rails: Sequence[str] = ()) -> None:
+    pairs = rail_pairs(hosts, rails)
     build_image(rebuild=False)
+    ensure_network(prefix)
     for host in hosts:
         start_host(prefix, host, docker_socket)
-    if len(hosts) >= 2:
-        connect_rail(prefix, hosts[0], hosts[1])
+    for host_a, host_b in pairs:
+        connect_rail(prefix, host_a, host_b)
     for host in hosts:
         wait_running(prefix, host)
     log(f"lab '{prefix}' up: {', '.join(container_name(prefix, h) for h in hosts)}")
@@ -378,6 +432,9 @@ def down(prefix: str, images: bool) -> None:
         log(f"removed {', '.join(names)} (their rail links went with them)")
     else:
         log(f"no hosts of lab '{prefix}'")
+    if docker("network", "inspect", prefix, check=False).returncode == 0:
+        docker("network", "rm", prefix)
+        log(f"removed network {prefix}")
     if images:
         remove_images()
 
@@ -442,6 +499,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                 help="host name; repeat (default: spark-a, spark-b)",
             )
             cmd.add_argument(
+                "--rail",
+                action="append",
+                dest="rails",
+                default=[],
+                metavar="A,B",
+                help="join hosts A and B by a rail; repeat per pair (default: the first two hosts)",
+            )
+            cmd.add_argument(
                 "--no-docker-socket",
                 action="store_true",
                 help="do not give the hosts the VM's Docker engine",
@@ -462,7 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "image":
             build_image(args.rebuild)
         elif args.command == "up":
-            up(args.prefix, tuple(args.hosts or DEFAULT_HOSTS), not args.no_docker_socket)
+            hosts = tuple(args.hosts or DEFAULT_HOSTS)
+            up(args.prefix, hosts, not args.no_docker_socket, args.rails)
         elif args.command == "standin-image":
             import standin_image
 

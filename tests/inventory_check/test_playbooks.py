@@ -31,6 +31,10 @@ NEEDS = {
     "playbooks/network.yml": {"pairs", "rail"},
     "playbooks/weights.yml": {"pairs", "model"},
     "playbooks/runtime.yml": {"pairs", "image"},
+    "playbooks/monitoring.yml": {"pairs", "rail"},
+    "playbooks/metrics.yml": {"pairs"},
+    "playbooks/dashboards.yml": {"pairs"},
+    "playbooks/front_door.yml": {"pairs", "api_key"},
     "playbooks/overlay.yml": {"overlay"},
     "playbooks/service.yml": {"pairs", "rail", "rendezvous", "image", "api_key", "model"}
     | {"overlay", "service"},

@@ -90,7 +90,8 @@ def test_the_lab_without_its_image_id_says_what_is_missing(
     found = problems(result)
     assert len(found) == 1, found
     assert found[0].startswith(
-        "container_runtime_image_digest (spark-a, spark-b): cannot be evaluated on the controller"
+        "container_runtime_image_digest (spark-a, spark-b, spark-c, spark-d): "
+        "cannot be evaluated on the controller"
     ), found
     assert "standin-image.id" in found[0], found
 

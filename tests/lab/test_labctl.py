@@ -65,14 +65,45 @@ def test_rail_uses_the_production_twin_names() -> None:
     assert labctl.RAIL_INTERFACES == ("enp1s0f1np1", "enP2p1s0f1np1")
 
 
+def test_one_rail_between_the_first_two_hosts_by_default() -> None:
+    assert labctl.rail_pairs(("spark-a", "spark-b", "door"), ()) == [("spark-a", "spark-b")]
+    assert labctl.rail_pairs(("door",), ()) == []
+
+
+def test_a_rail_per_pair_given() -> None:
+    hosts = ("spark-a", "spark-b", "spark-c", "spark-d", "door")
+    rails = ("spark-a,spark-b", "spark-c,spark-d")
+    assert labctl.rail_pairs(hosts, rails) == [("spark-a", "spark-b"), ("spark-c", "spark-d")]
+
+
+@pytest.mark.parametrize(
+    ("rails", "says"),
+    [
+        (("spark-a",), "give two different hosts"),
+        (("spark-a,spark-a",), "give two different hosts"),
+        (("spark-a,spark-z",), "give two different hosts"),
+        (("spark-a,spark-b", "spark-b,spark-c"), "a host is on two rails"),
+    ],
+)
+def test_a_wrong_rail_is_refused(rails: tuple[str, ...], says: str) -> None:
+    with pytest.raises(labctl.LabError, match=says):
+        labctl.rail_pairs(("spark-a", "spark-b", "spark-c"), rails)
+
+
 class FakeDocker:
     """Stands in for ``labctl.docker``: images by reference, containers by name -> image.
 
     Answers the calls ``down`` makes; any other call fails the test."""
 
-    def __init__(self, images: Iterable[str], containers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        images: Iterable[str],
+        containers: Mapping[str, str] | None = None,
+        networks: Iterable[str] = (),
+    ) -> None:
         self.images = set(images)
         self.containers = dict(containers or {})
+        self.networks = set(networks)
         self.removed: list[str] = []
 
     def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -94,6 +125,11 @@ class FakeDocker:
                 out = "\n".join(i for i in self.images if i.rpartition(":")[0] == repository)
             case ("image", "inspect", reference):
                 code = 0 if reference in self.images else 1
+            case ("network", "inspect", network):
+                code = 0 if network in self.networks else 1
+            case ("network", "rm", network):
+                self.networks.remove(network)
+                self.removed.append(network)
             case ("rmi", *references):
                 assert set(references) <= self.images, f"rmi of absent {references}"
                 self.images -= set(references)
@@ -137,6 +173,13 @@ def test_down_without_images_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None
     docker = fake_docker(monkeypatch, FakeDocker({labctl.IMAGE, f"{STANDIN}:latest"}))
     labctl.down(labctl.DEFAULT_PREFIX, images=False)
     assert docker.removed == []
+
+
+def test_down_removes_the_labs_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    docker = fake_docker(monkeypatch, FakeDocker(set(), networks={labctl.DEFAULT_PREFIX, "other"}))
+    labctl.down(labctl.DEFAULT_PREFIX, images=False)
+    assert docker.removed == [labctl.DEFAULT_PREFIX]
+    assert docker.networks == {"other"}
 
 
 @pytest.mark.parametrize("used", [f"{STANDIN}:latest", labctl.IMAGE])

@@ -14,7 +14,7 @@ def test_seed_1_gives_the_revision_the_lab_pins(tmp_path):
     assert make_checkpoint.main(["--out", str(tmp_path), "--seed", "1"]) == 0
     api = yaml.safe_load((tmp_path / "api.json").read_text(encoding="utf-8"))
     lab = yaml.safe_load(
-        (REPO / "inventory/lab/group_vars/lab_pair/model_weights.yml").read_text(encoding="utf-8")
+        (REPO / "inventory/lab/group_vars/all/model_weights.yml").read_text(encoding="utf-8")
     )
     scenario = yaml.safe_load(
         (REPO / "molecule/model_weights/molecule.yml").read_text(encoding="utf-8")
@@ -45,7 +45,7 @@ def test_drafter_seed_1_gives_the_revision_the_scenario_pins(tmp_path):
     assert api["sha"] == lab_pair["model_weights_draft_revision"]
     assert api["id"] == lab_pair["model_weights_draft_repo_id"]
     # The lab inventory offers the same drafter, commented out.
-    lab = (REPO / "inventory/lab/group_vars/lab_pair/model_weights.yml").read_text(encoding="utf-8")
+    lab = (REPO / "inventory/lab/group_vars/all/model_weights.yml").read_text(encoding="utf-8")
     assert re.findall(r"^# model_weights_draft_revision: (\w+)$", lab, re.MULTILINE) == [api["sha"]]
     # What the reference checks before it starts a DFlash drafter, and nothing else.
     assert sorted(p.name for p in (tmp_path / "files").iterdir()) == [

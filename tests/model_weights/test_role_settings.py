@@ -12,10 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 
-from tests.ansible_trust import trusted
+from tests.ansible_trust import evaluate
 from tests.helpers import REPO
 
 ROLE = REPO / "roles/model_weights"
@@ -29,11 +27,6 @@ def load(path: Path) -> Any:
 def task_named(file: str, start: str) -> dict[str, Any]:
     (task,) = [t for t in load(ROLE / "tasks" / file) if t["name"].startswith(start)]
     return task
-
-
-def evaluate(expression: str, variables: dict[str, Any]) -> Any:
-    templar = Templar(loader=DataLoader(), variables=trusted(variables))
-    return templar.template(trust_as_template(expression))
 
 
 def test_every_default_has_an_argument_spec_and_the_same_value():

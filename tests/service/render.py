@@ -7,10 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 
-from tests.ansible_trust import trusted
+from tests.ansible_trust import evaluate, render_template
 from tests.helpers import REPO
 
 ROLE = REPO / "roles/vllm_tp2_service"
@@ -30,22 +28,14 @@ def facts(inventory: dict[str, Any]) -> dict[str, Any]:
     defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text(encoding="utf-8"))
     role_vars = yaml.safe_load((ROLE / "vars/main.yml").read_text(encoding="utf-8"))
     task = configure_task()
-    variables = trusted({**defaults, **task["vars"], **inventory, **role_vars})
-    templar = Templar(loader=DataLoader(), variables=variables)
-    published = templar.template(trusted(task["ansible.builtin.set_fact"]))
+    published = evaluate(
+        task["ansible.builtin.set_fact"], {**defaults, **task["vars"], **inventory, **role_vars}
+    )
     return {**defaults, **inventory, **role_vars, **published}
 
 
 def render(template: str, variables: dict[str, Any]) -> str:
-    text = (ROLE / "templates" / template).read_text(encoding="utf-8")
-    templar = Templar(loader=DataLoader(), variables=trusted(variables))
-    return str(
-        templar.template(
-            trust_as_template(text),
-            escape_backslashes=False,
-            overrides={"trim_blocks": True, "lstrip_blocks": False},
-        )
-    )
+    return render_template(ROLE / "templates" / template, variables)
 
 
 def unit_lines(unit: str) -> dict[str, list[str]]:

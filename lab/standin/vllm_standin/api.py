@@ -8,6 +8,11 @@ aborted (HTTP 200, finish_reason "abort", no text), and is killed at T with what
 /health stays 200 until the engine is gone. The HTTP server closes after that. ApiState holds
 that lifecycle (running, draining, stopped); a request that is still running when the engine
 stops is lost: its connection is closed without an answer.
+
+As vLLM's engine, it runs at most --max-num-seqs requests at once; the rest wait for a slot.
+/metrics serves vLLM's Prometheus metrics of what it served (metrics.py). With --api-key, only
+paths under vLLM's GUARDED_PREFIX need the key (vllm/entrypoints/serve/middleware/
+authenticate.py): /metrics, /health and the stand-in's own report are open, as in vLLM.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from vllm_standin import model
+from vllm_standin import metrics, model
 
 logger = logging.getLogger("vllm.entrypoints.openai.api_server")
+# The paths vLLM's AuthenticationMiddleware asks the API key for; every other path is open.
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
 
 
 class ApiState:
@@ -40,6 +47,8 @@ class ApiState:
         completion_delay_s: float,
         ask_rank1: Callable[[str, model.Work], dict[str, Any]],
         plugin_reports: dict[str, list[dict[str, str]]],
+        max_num_seqs: int,
+        kv_cache_tokens: int,
     ) -> None:
         self.served_model = served_model
         self.model_path = model_path
@@ -54,6 +63,11 @@ class ApiState:
         self.in_flight = 0
         self.idle = threading.Condition()
         self.started = int(time.time())
+        self.max_num_seqs = max_num_seqs
+        self.running = 0  # requests holding one of the engine's max_num_seqs slots
+        self.metrics = metrics.Metrics(
+            served_model, max_model_len=max_model_len, kv_cache_tokens=kv_cache_tokens
+        )
 
     def admit(self) -> bool:
         with self.idle:
@@ -65,6 +79,19 @@ class ApiState:
     def release(self) -> None:
         with self.idle:
             self.in_flight -= 1
+            self.idle.notify_all()
+
+    def take_slot(self) -> None:
+        """Wait for one of the engine's sequence slots; RequestAbortedError once it stops."""
+        with self.idle:
+            self.idle.wait_for(lambda: self.running < self.max_num_seqs or self.stopped.is_set())
+            if self.stopped.is_set():
+                raise RequestAbortedError
+            self.running += 1
+
+    def free_slot(self) -> None:
+        with self.idle:
+            self.running -= 1
             self.idle.notify_all()
 
     def check_running(self) -> None:
@@ -85,6 +112,7 @@ class ApiState:
                 self.idle.wait_for(lambda: self.in_flight == 0, timeout=timeout_s)
             lost = self.in_flight
             self.stopped.set()
+            self.idle.notify_all()  # requests waiting for a slot are lost with the engine
             return lost
 
 
@@ -102,26 +130,34 @@ def make_handler(state: ApiState) -> type[BaseHTTPRequestHandler]:
 
         def reply(self, status: int, body: dict[str, Any] | None = None) -> None:
             data = json.dumps(body).encode() if body is not None else b""
+            self.send(status, data, "application/json")
+
+        def send(self, status: int, data: bytes, content_type: str) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
 
         def authorised(self) -> bool:
-            if not state.api_keys:
+            """vLLM's AuthenticationMiddleware: a bearer token for the guarded paths only."""
+            if not state.api_keys or not self.path.startswith(GUARDED_PREFIX):
                 return True
-            if self.headers.get("Authorization", "") in {f"Bearer {k}" for k in state.api_keys}:
+            scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() == "bearer" and token in state.api_keys:
                 return True
             self.reply(401, {"error": "Unauthorized"})
             return False
 
         def do_GET(self) -> None:
+            if not self.authorised():
+                return
             if self.path == "/health":
                 # vLLM: 503 only once the engine is dead; draining is still healthy.
                 self.reply(503 if state.stopped.is_set() else 200)
-            elif not self.authorised():
-                return
+            elif self.path == "/metrics":
+                text = state.metrics.exposition().encode()
+                self.send(200, text, metrics.CONTENT_TYPE)
             elif self.path == "/v1/models":
                 self.reply(200, models(state))
             elif self.path == "/standin/plugins":
@@ -188,6 +224,7 @@ def not_admitted(state: ApiState, request: dict[str, Any]) -> tuple[int, dict[st
         return 500, {"error": {"message": message, "type": "InternalServerError", "code": 500}}
     # Draining: EngineCore._reject_add_in_shutdown finishes it at once as aborted.
     prompt_tokens = len(request["prompt"].split())
+    state.metrics.aborted_at_admission(prompt_tokens)
     return 200, {
         "id": "cmpl-" + hashlib.sha256(request["prompt"].encode()).hexdigest()[:16],
         "object": "text_completion",
@@ -211,16 +248,31 @@ def complete(state: ApiState, request: dict[str, Any]) -> tuple[int, dict[str, A
         work = model.Work.of_request(prompt, request)  # the stand-in model's steps (model.py)
     except ValueError as exc:
         return 400, {"error": str(exc)}
-    # Every step of a TP2 model needs both ranks: ask rank 1 for its shard of the work.
+    tracked = state.metrics.arrive(work.tokens)
     try:
-        shard = state.ask_rank1(prompt, work)
-    except Exception as exc:
-        return 500, {"error": f"tensor-parallel peer failed: {exc}"}
-    model.run(work)  # rank 0's share, through the overlay's op when its plugin registered
-    state.generate_for(state.completion_delay_s)  # raises if the engine stops meanwhile
+        state.take_slot()  # raises if the engine stops meanwhile
+        try:
+            tracked.run()
+            # Every step of a TP2 model needs both ranks: ask rank 1 for its shard of the work.
+            try:
+                shard = state.ask_rank1(prompt, work)
+            except Exception as exc:
+                return 500, {"error": f"tensor-parallel peer failed: {exc}"}
+            model.run(work)  # rank 0's share, through the overlay's op when its plugin registered
+            tracked.first_token()
+            state.generate_for(state.completion_delay_s)  # raises if the engine stops meanwhile
+            tracked.finish(len(state.completion.split()), "length")
+            return 200, completion(state, prompt, shard)
+        finally:
+            state.free_slot()
+    finally:
+        tracked.close()  # a request that did not finish leaves the engine's counts as they were
+
+
+def completion(state: ApiState, prompt: str, shard: dict[str, Any]) -> dict[str, Any]:
     prompt_tokens = len(prompt.split())
     text = state.completion
-    return 200, {
+    return {
         "id": "cmpl-" + hashlib.sha256(prompt.encode()).hexdigest()[:16],
         "object": "text_completion",
         "created": int(time.time()),

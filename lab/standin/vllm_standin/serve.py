@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from vllm_standin import api, link, model, plugins
+from vllm_standin import api, link, metrics, model, plugins
 from vllm_standin.behaviour import Behaviour
 
 logger = logging.getLogger("vllm.standin")
@@ -157,6 +157,8 @@ def run_rank0(
         completion_delay_s=behaviour.completion_delay_s,
         ask_rank1=ask_rank1,
         plugin_reports={"0": reports, "1": theirs.get("plugins", [])},
+        max_num_seqs=args.max_num_seqs or metrics.DEFAULT_MAX_NUM_SEQS,
+        kv_cache_tokens=behaviour.kv_cache_tokens,
     )
     server = api.make_server(args.host or "", args.port, state)  # no --host: every address
     stop.running = True
