@@ -21,8 +21,9 @@ LOGS = REPO / ".cache/molecule-logs"
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
 TIMED = frozenset({"update", "front_door"})
 TEST_NAME = "test_molecule_scenario"
-# On a 2-core machine the update scenario, beside front_door, has needed close to 40 minutes; 50
-# leaves room while a hung scenario still ends well inside CI's 90-minute limit.
+# On a 2-core machine the update scenario, beside front_door, has needed 16-18 minutes, and more
+# than twice that on a slower one; 50 leaves room while a hung scenario still ends well inside
+# CI's 90-minute limit.
 LIMIT_S = 3000
 
 _pool: ThreadPoolExecutor | None = None
@@ -33,6 +34,20 @@ _timed_started: dict[str, Future[subprocess.CompletedProcess[str]]] = {}
 
 def log_path(scenario: str) -> Path:
     return LOGS / f"{scenario}.log"
+
+
+def failed_tasks(output: str, width: int = 3000) -> str:
+    """Each failed task of a scenario's output: the TASK line and what Ansible said of the
+    failure (cut to ``width`` characters), first, so that a short excerpt of a failed run still
+    names what failed."""
+    found: list[str] = []
+    task = ""
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line.rstrip("* ")
+        elif line.startswith(("fatal: ", "failed: ")) or "FAILED! =>" in line:
+            found.extend([task, line[:width]])
+    return "\n".join(found) if found else "(no failed task in the output)"
 
 
 def run_scenario(scenario: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,14 @@ import yaml
 
 from lab import labctl
 from tests.helpers import REPO, output_of
-from tests.molecule.scenarios import SCENARIOS, TIMED, log_path, side_by_side, timed
+from tests.molecule.scenarios import (
+    SCENARIOS,
+    TIMED,
+    failed_tasks,
+    log_path,
+    side_by_side,
+    timed,
+)
 
 
 def test_scenarios_found() -> None:
@@ -39,6 +46,28 @@ def test_molecule_scenario(scenario: str) -> None:
     started = timed() if scenario in TIMED else side_by_side()
     result = started[scenario].result()
     assert result.returncode == 0, (
-        f"molecule test -s {scenario} failed (whole log: {log_path(scenario)}):\n"
-        f"{output_of(result, 300)}"
+        f"molecule test -s {scenario} failed (whole log: {log_path(scenario)}).\n"
+        f"Failed tasks:\n{failed_tasks(result.stdout + result.stderr)}\n"
+        f"The output's end:\n{output_of(result, 300)}"
     )
+
+
+def test_a_failed_run_is_summed_up_by_its_failed_tasks() -> None:
+    output = "\n".join(
+        [
+            "TASK [Read the lock] ******",
+            "ok: [localhost]",
+            "TASK [Check that one update refused] ******",
+            'fatal: [localhost]: FAILED! => {"msg": "rcs 0 / 0"}',
+            "TASK [Wait for it] ***",
+            "failed: [localhost] (item=spark-b) => {}",
+            "PLAY RECAP ***",
+        ]
+    )
+    assert failed_tasks(output).splitlines() == [
+        "TASK [Check that one update refused]",
+        'fatal: [localhost]: FAILED! => {"msg": "rcs 0 / 0"}',
+        "TASK [Wait for it]",
+        "failed: [localhost] (item=spark-b) => {}",
+    ]
+    assert failed_tasks("PLAY RECAP ***\nok: [localhost]") == "(no failed task in the output)"
