@@ -93,7 +93,9 @@ def node(rank: int, epoch: float = 1_796_215_000.0) -> dict[str, Any]:
                 "memlock_unlimited": True,
                 "ipc_lock": True,
                 "infiniband_device": True,
+                "system_nccl_mounted": True,
                 "nccl_log": list(IB_LOG),
+                "hang_lines": [],
             }
         },
         "nccl_transport": nccl_log_reading(IB_LOG),
@@ -120,6 +122,7 @@ def lab_pair() -> dict[str, dict[str, Any]]:
         observed["memory"].update(CmaTotal_kb=None, CmaFree_kb=None)
         for unit in observed["units"].values():
             unit["nccl_log"] = []
+            unit["system_nccl_mounted"] = False  # the stand-in's image has no pip NCCL to replace
         observed["nccl_transport"] = nccl_log_reading([])
     return pair
 

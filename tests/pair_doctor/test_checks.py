@@ -329,3 +329,41 @@ def test_lab_pair_skips_rdma_checks_and_says_why() -> None:
     cma_findings = [f for f in findings if f.check == "cma"]
     assert severities(cma_findings) == {Severity.OK}
     assert not [f for f in findings if f.severity is Severity.ERROR]
+
+
+HANG = (
+    "(Worker_TP1 pid=212) [Rank 1] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=12590, OpType=_ALLGATHER_BASE) ran for 600060 milliseconds before timing out."
+)
+
+
+def rank0_unit(pair: dict[str, Any]) -> dict[str, Any]:
+    return pair["spark-01"]["units"]["dualspark-vllm-rank0.service"]
+
+
+def test_the_nodes_nccl_mounted_is_ok_and_the_pip_build_a_warning() -> None:
+    pair = healthy_pair()
+    assert severities(checks.pip_nccl(pair, EXPECT)) == {Severity.OK}
+    rank0_unit(pair)["system_nccl_mounted"] = False
+    found = only_problems(checks.pip_nccl(pair, EXPECT))
+    assert [(f.host, f.severity) for f in found] == [("spark-01", Severity.WARNING)]
+    assert "vllm_tp2_service_system_nccl" in found[0].fix
+
+
+def test_the_pip_build_with_the_hang_in_the_journal_is_an_error_quoting_it() -> None:
+    pair = healthy_pair()
+    rank0_unit(pair).update(system_nccl_mounted=False, hang_lines=[HANG])
+    (found,) = only_problems(checks.pip_nccl(pair, EXPECT))
+    assert (found.host, found.severity) == ("spark-01", Severity.ERROR)
+    assert "Watchdog caught collective operation timeout" in found.summary
+    assert "/usr/lib/aarch64-linux-gnu/libnccl.so.2" in found.fix
+
+
+def test_pip_nccl_is_skipped_without_a_service_unit() -> None:
+    pair = healthy_pair()
+    rank0_unit(pair)["loaded"] = False
+    findings = checks.pip_nccl(pair, EXPECT)
+    assert [(f.host, f.severity) for f in findings] == [
+        ("spark-01", Severity.SKIPPED),
+        ("spark-02", Severity.OK),
+    ]

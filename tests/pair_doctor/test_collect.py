@@ -142,3 +142,20 @@ def test_runtime_env_files_are_reported_apart_from_the_static_one(tmp_path: Path
         str(runtime): {"NCCL_IB_GID_INDEX": "4"},
         str(gone): None,
     }
+
+
+def test_the_hang_signatures_and_the_nccl_mount_are_recognised() -> None:
+    assert collect.HANG_LINE.search(
+        "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12590)"
+    )
+    assert collect.HANG_LINE.search(
+        "WARNING shm_broadcast.py:466] No available shared memory broadcast block found in 60 s"
+    )
+    assert not collect.HANG_LINE.search("NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0")
+    exec_start = (
+        "{ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --mount "
+        "type=bind,src=/usr/lib/aarch64-linux-gnu/libnccl.so.2,"
+        "dst=/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2,readonly img ; }"
+    )
+    assert collect.SYSTEM_NCCL_MOUNT.search(exec_start)
+    assert not collect.SYSTEM_NCCL_MOUNT.search(exec_start.replace("nvidia/nccl", "nvidia/cublas"))

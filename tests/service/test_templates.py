@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pair_doctor_collect as collect
 import pytest
 
 from tests.service.render import facts, render, systemd_argv, unit_lines, write_unit
@@ -98,6 +99,20 @@ def test_dflash_mounts_the_drafter_and_names_it() -> None:
         "model": "/draft",
         "num_speculative_tokens": 7,
     }
+
+
+def test_the_nodes_nccl_is_mounted_over_the_images_and_the_doctor_sees_it() -> None:
+    system = {**SPARK, "vllm_tp2_service_system_nccl": "/usr/lib/aarch64-linux-gnu/libnccl.so.2"}
+    args = rank(system, 0)["vllm_tp2_service_run_args"]
+    nccl = (
+        "type=bind,src=/usr/lib/aarch64-linux-gnu/libnccl.so.2,"
+        "dst=/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2,readonly"
+    )
+    assert nccl in args
+    assert collect.SYSTEM_NCCL_MOUNT.search(" ".join(args) + " ")
+    default = rank(SPARK, 0)["vllm_tp2_service_run_args"]
+    assert not any("libnccl" in arg for arg in default)
+    assert not collect.SYSTEM_NCCL_MOUNT.search(" ".join(default) + " ")
 
 
 def test_no_speculative_config_without_a_method() -> None:

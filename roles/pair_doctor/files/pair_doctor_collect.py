@@ -26,6 +26,14 @@ REPORTED_ENV = re.compile(r"^(NCCL|GLOO|UCX|VLLM_DUALPATH)_\w+$")
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 NCCL_LINE = re.compile(r"NCCL (INFO|WARN)")
 MAX_NCCL_LINES = 400
+# What a TP2 collective that hangs leaves in the journal: torch's watchdog ending it, and vLLM's
+# broadcast queue waiting on a rank that never comes back (vLLM issues 41725, 42354).
+HANG_LINE = re.compile(
+    r"Watchdog caught collective operation timeout|No available shared memory broadcast block"
+)
+MAX_HANG_LINES = 5
+# A bind mount over the NCCL that pip installs with torch: the node's NCCL is what runs.
+SYSTEM_NCCL_MOUNT = re.compile(r"dst=\S*/nvidia/nccl/lib/libnccl\.so[.\d]*[,\s]")
 
 
 def run(argv: list[str], timeout: float = 60) -> tuple[int, str]:
@@ -143,7 +151,11 @@ def unit(name: str, log_lines: int) -> dict[str, Any]:
         "memlock_unlimited": bool(re.search(r"--ulimit[= ]memlock=-1(:-1)?\b", command)),
         "ipc_lock": bool(re.search(r"--cap-add[= ]IPC_LOCK\b", command)),
         "infiniband_device": "/dev/infiniband" in command,
+        "system_nccl_mounted": bool(SYSTEM_NCCL_MOUNT.search(command + " ")),
         "nccl_log": nccl_lines[-MAX_NCCL_LINES:],
+        "hang_lines": [line for line in journal.splitlines() if HANG_LINE.search(line)][
+            -MAX_HANG_LINES:
+        ],
     }
 
 

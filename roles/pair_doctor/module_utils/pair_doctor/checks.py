@@ -281,6 +281,57 @@ def nccl_conf_in_image(observed: Observations, expect: Expectations) -> list[Fin
     return findings
 
 
+PIP_NCCL_FIX = (
+    "set vllm_tp2_service_system_nccl to the node's libnccl.so.2 (DGX OS: "
+    "/usr/lib/aarch64-linux-gnu/libnccl.so.2, package libnccl2) and re-run playbooks/service.yml: "
+    "it is mounted read-only over the image's copy (vllm_tp2_service_image_nccl)"
+)
+
+
+def pip_nccl(observed: Observations, expect: Expectations) -> list[Finding]:
+    """The NCCL that pip installs with torch: on GB10 pairs it hangs TP2 collectives after 20-30
+    minutes under load, where the system's build of the same version does not (vLLM issues 41725,
+    42354). A hang leaves torch's watchdog timeout or vLLM's broadcast wait in the journal."""
+    findings = []
+    for host, node in observed.items():
+        units = [unit for unit in node["units"].values() if unit["loaded"]]
+        hangs = [line for unit in units for line in unit["hang_lines"]]
+        if not units:
+            findings.append(_skip("pip_nccl", host, "no service unit on this node"))
+        elif all(unit["system_nccl_mounted"] for unit in units):
+            findings.append(
+                Finding(
+                    "pip_nccl",
+                    host,
+                    Severity.OK,
+                    "the service runs the node's NCCL, mounted over the image's pip build",
+                )
+            )
+        elif hangs:
+            findings.append(
+                Finding(
+                    "pip_nccl",
+                    host,
+                    Severity.ERROR,
+                    "the service runs the NCCL pip installs with torch, and its journal shows a "
+                    f"collective that hung: {hangs[-1].strip()[:300]}",
+                    PIP_NCCL_FIX,
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "pip_nccl",
+                    host,
+                    Severity.WARNING,
+                    "the service runs the NCCL pip installs with torch, which hangs TP2 "
+                    "collectives on GB10 pairs after 20-30 minutes under load",
+                    PIP_NCCL_FIX,
+                )
+            )
+    return findings
+
+
 def cma(observed: Observations, expect: Expectations) -> list[Finding]:
     """CmaFree above CmaTotal: the broken CMA state behind ibv_reg_mr ENOMEM.
 
@@ -463,6 +514,7 @@ CHECKS: dict[str, Callable[[Observations, Expectations], list[Finding]]] = {
     "rdma_port_state": rdma_port_state,
     "socket_fallback": socket_fallback,
     "nccl_conf_in_image": nccl_conf_in_image,
+    "pip_nccl": pip_nccl,
     "cma": cma,
     "memlock": memlock,
     "free_memory": free_memory,
