@@ -99,6 +99,14 @@ def node(rank: int, epoch: float = 1_796_215_000.0) -> dict[str, Any]:
             }
         },
         "nccl_transport": nccl_log_reading(IB_LOG),
+        "platform": {
+            "now": {
+                "kernel": "6.17.0-1008-nvidia",
+                "gpu_driver": "580.95.05",
+                "rdma_firmware": {"rocep1s0f1": "28.45.1020", "roceP2p1s0f1": "28.45.1020"},
+            },
+            "since_validated": [],
+        },
         "image": {
             "ref": "ghcr.io/example/vllm@sha256:abc",
             "present": True,

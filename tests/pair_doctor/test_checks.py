@@ -367,3 +367,25 @@ def test_pip_nccl_is_skipped_without_a_service_unit() -> None:
         ("spark-01", Severity.SKIPPED),
         ("spark-02", Severity.OK),
     ]
+
+
+def test_a_platform_changed_since_the_validated_run_is_a_warning_naming_it() -> None:
+    pair = healthy_pair()
+    assert severities(checks.platform_change(pair, EXPECT)) == {Severity.OK}
+    change = "rocep1s0f1 firmware 28.45.1020 -> 28.46.1006"
+    pair["spark-02"]["platform"]["since_validated"] = [change]
+    (found,) = only_problems(checks.platform_change(pair, EXPECT))
+    assert (found.host, found.severity) == ("spark-02", Severity.WARNING)
+    assert change in found.summary
+    assert "playbooks/validate.yml" in found.fix
+
+
+def test_platform_change_is_skipped_where_no_run_was_validated() -> None:
+    pair = healthy_pair()
+    pair["spark-01"]["platform"]["since_validated"] = None
+    findings = checks.platform_change(pair, EXPECT)
+    assert [(f.host, f.severity) for f in findings] == [
+        ("spark-01", Severity.SKIPPED),
+        ("spark-02", Severity.OK),
+    ]
+    assert "validate.yml records one" in findings[0].summary

@@ -332,6 +332,45 @@ def pip_nccl(observed: Observations, expect: Expectations) -> list[Finding]:
     return findings
 
 
+def platform_change(observed: Observations, expect: Expectations) -> list[Finding]:
+    """The kernel, GPU driver or RDMA firmware changed since the last validated run (read by
+    pair_evidence's pair_platform into `platform`): what a firmware update or an upgrade brings
+    (an MTU back at 1500, GIDs in other slots, another NCCL path) was never proven on this node."""
+    findings = []
+    for host, node in observed.items():
+        since = node["platform"]["since_validated"]
+        if since is None:
+            findings.append(
+                _skip(
+                    "platform_change",
+                    host,
+                    "no validated run recorded on this node (playbooks/validate.yml records one)",
+                )
+            )
+        elif since:
+            findings.append(
+                Finding(
+                    "platform_change",
+                    host,
+                    Severity.WARNING,
+                    "changed since the last validated run: " + "; ".join(since),
+                    "run playbooks/validate.yml: it proves the rail, RDMA and NCCL on what runs "
+                    "now and records it (the mtu_mismatch and gid_index_drift findings show what "
+                    "a firmware update commonly moves)",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "platform_change",
+                    host,
+                    Severity.OK,
+                    "kernel, GPU driver and RDMA firmware as at the last validated run",
+                )
+            )
+    return findings
+
+
 def cma(observed: Observations, expect: Expectations) -> list[Finding]:
     """CmaFree above CmaTotal: the broken CMA state behind ibv_reg_mr ENOMEM.
 
@@ -515,6 +554,7 @@ CHECKS: dict[str, Callable[[Observations, Expectations], list[Finding]]] = {
     "socket_fallback": socket_fallback,
     "nccl_conf_in_image": nccl_conf_in_image,
     "pip_nccl": pip_nccl,
+    "platform_change": platform_change,
     "cma": cma,
     "memlock": memlock,
     "free_memory": free_memory,
