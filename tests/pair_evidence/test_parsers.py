@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,8 @@ from pair_evidence.allreduce import (
 from pair_evidence.ib_write_bw import NoBandwidthRowError, parse_ib_write_bw
 from pair_evidence.nccl_log import Transport, parse_nccl_log
 
-from tests.helpers import REPO, output_of, run_local_play
+from tests.helpers import output_of
+from tests.pair_evidence.module_play import run_module
 
 SAMPLES = Path(__file__).with_name("samples")
 
@@ -142,27 +142,8 @@ def test_ib_write_bw_failure_is_refused() -> None:
 
 def read_in_a_play(tmp_path: Path, kind: str, text: str) -> tuple[int, str, dict[str, Any]]:
     """Run the role's module on ``text`` as a role would; its result, if it gave one."""
-    out = tmp_path / "reading.json"
-    play = [
-        {
-            "hosts": "localhost",
-            "gather_facts": False,
-            "roles": [{"role": str(REPO / "roles/pair_evidence")}],
-            "tasks": [
-                {"pair_evidence": {"kind": kind, "text": text}, "register": "parsed"},
-                {
-                    "ansible.builtin.copy": {
-                        "content": "{{ parsed.reading | to_json }}",
-                        "dest": str(out),
-                        "mode": "0644",
-                    }
-                },
-            ],
-        }
-    ]
-    result = run_local_play(tmp_path, play)
-    reading = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
-    return result.returncode, output_of(result), reading
+    result, returned = run_module(tmp_path, "pair_evidence", {"kind": kind, "text": text})
+    return result.returncode, output_of(result), returned.get("reading", {})
 
 
 def test_the_module_reads_a_socket_fallback(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from pair_evidence.platform import changes, platform, read_record
 
-from tests.helpers import REPO, output_of, run_local_play
+from tests.helpers import output_of
+from tests.pair_evidence.module_play import run_module
 
 BANNER = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  "
@@ -79,34 +80,12 @@ def test_the_module_compares_the_node_with_its_record(tmp_path: Path) -> None:
     root = spark(tmp_path / "node", driver="580.105.08")
     record = tmp_path / "validated-platform.json"
     record.write_text(json.dumps(read(spark(tmp_path / "then"))))
-    out = tmp_path / "platform.json"
-    play = [
-        {
-            "hosts": "localhost",
-            "gather_facts": False,
-            "roles": [{"role": str(REPO / "roles/pair_evidence")}],
-            "tasks": [
-                {
-                    "pair_platform": {
-                        "record": str(record),
-                        "sysfs_root": str(root / "sys"),
-                        "proc_root": str(root / "proc"),
-                    },
-                    "register": "seen",
-                },
-                {
-                    "ansible.builtin.copy": {
-                        "content": "{{ seen | to_json }}",
-                        "dest": str(out),
-                        "mode": "0644",
-                    }
-                },
-            ],
-        }
-    ]
-    result = run_local_play(tmp_path, play)
+    result, seen = run_module(
+        tmp_path,
+        "pair_platform",
+        {"record": str(record), "sysfs_root": str(root / "sys"), "proc_root": str(root / "proc")},
+    )
     assert result.returncode == 0, output_of(result)
-    seen = json.loads(out.read_text(encoding="utf-8"))
     assert seen["since_validated"] == ["gpu_driver 580.95.05 -> 580.105.08"]
     assert seen["platform"]["gpu_driver"] == "580.105.08"
     assert seen["changed"] is False
