@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from lab import nvidia_smi_standin
 from tests.service.render import systemd_argv, unit_lines
-from tests.spark_exporter import nvidia_smi_double
 from tests.units import render, role_variables, verify
 
 ROLE = "gpu_clock_cap"
@@ -27,7 +27,7 @@ def test_the_unit_locks_the_clocks_at_start_and_resets_them_at_stop() -> None:
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
 def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
     # systemd-analyze wants ExecStart's program to exist: the nvidia-smi double stands in.
-    double = nvidia_smi_double.install(tmp_path / "bin")
+    double = nvidia_smi_standin.install(tmp_path / "bin")
     variables = role_variables(
         ROLE, {"gpu_clock_cap_mhz": 2400, "gpu_clock_cap_nvidia_smi": str(double)}
     )

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from lab import spark_tree
 from tests.helpers import REPO
-from tests.spark_exporter import node_tree
 from tests.spark_exporter.conftest import start_exporter  # noqa: F401 (a fixture the tests use)
 
 FILES = REPO / "roles/memory_watchdog/files"
@@ -74,7 +74,7 @@ def start_watchdog(tmp_path: Path) -> Iterator[Callable[..., Watchdog]]:
         procfs, textfile_dir = root / "proc", root / "textfile"
         procfs.mkdir(parents=True)
         textfile_dir.mkdir()
-        node_tree.set_available(procfs, int(available_gib * node_tree.GIB_KIB))
+        spark_tree.set_available(procfs, int(available_gib * spark_tree.GIB_KIB))
         double = root / "bin/drain-double"
         double.parent.mkdir()
         double.write_text(DRAIN_DOUBLE, encoding="utf-8")

@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from lab import spark_tree
 from tests.memory_watchdog.conftest import GIB, Watchdog
-from tests.spark_exporter import node_tree
 from tests.spark_exporter.conftest import Exporter, parse
 
 Start = Callable[..., Watchdog]
-LOW_KIB, HIGH_KIB = 3 * node_tree.GIB_KIB, 100 * node_tree.GIB_KIB
+LOW_KIB, HIGH_KIB = 3 * spark_tree.GIB_KIB, 100 * spark_tree.GIB_KIB
 SLACK_S = 0.6  # scheduling on a busy two-core machine, and the drain double's start
 
 
 def go_low(watchdog: Watchdog) -> float:
     """Put the box under the floor; when, as Unix time."""
     crossed = time.time()
-    node_tree.set_available(watchdog.procfs, LOW_KIB)
+    spark_tree.set_available(watchdog.procfs, LOW_KIB)
     return crossed
 
 
@@ -60,7 +60,7 @@ def test_a_single_dip_does_not_drain(start_watchdog: Start) -> None:
 
     go_low(watchdog)
     watchdog.wait_for(lambda s: s["available_bytes"]["self"] == LOW_KIB * 1024)
-    node_tree.set_available(watchdog.procfs, HIGH_KIB)  # back before the fifth sample
+    spark_tree.set_available(watchdog.procfs, HIGH_KIB)  # back before the fifth sample
     watchdog.wait_for(lambda s: s["available_bytes"]["self"] == HIGH_KIB * 1024)
     time.sleep(1.2)
 
@@ -76,7 +76,7 @@ def test_it_re_arms_after_recovery_and_the_hold_off_and_drains_again(
 
     go_low(watchdog)
     watchdog.wait_for(lambda s: s["drained"])
-    node_tree.set_available(watchdog.procfs, HIGH_KIB)
+    spark_tree.set_available(watchdog.procfs, HIGH_KIB)
     watchdog.wait_for(lambda s: s["armed"])
     assert "re-armed" in watchdog.said()
     go_low(watchdog)
@@ -181,7 +181,7 @@ def test_an_unreachable_peer_alone_never_drains(start_watchdog: Start, tmp_path:
 def test_the_peer_poll_reads_a_real_spark_exporter(
     start_watchdog: Start, start_exporter: Callable[..., Exporter], tmp_path: Path
 ) -> None:
-    sysfs, procfs = node_tree.build(tmp_path / "peer")
+    sysfs, procfs = spark_tree.build(tmp_path / "peer")
     exporter = start_exporter(
         "--sysfs-root", str(sysfs), "--procfs-root", str(procfs),
         "--nvidia-smi", str(tmp_path / "none"), "--memory-floor-bytes", str(6 * GIB),
@@ -190,7 +190,7 @@ def test_the_peer_poll_reads_a_real_spark_exporter(
     watchdog = start_watchdog("--interval", "0.1", "--samples", "3", "--peer-url", url)
     watchdog.wait_for(lambda s: s["available_bytes"].get("peer") == 100 * GIB)
 
-    node_tree.set_available(procfs, int(5.5 * node_tree.GIB_KIB))  # above ours, under its floor
+    spark_tree.set_available(procfs, int(5.5 * spark_tree.GIB_KIB))  # above ours, under its floor
     watchdog.wait_for(lambda s: s["drained"])
 
     assert "peer 5.50 GiB < 6.00 GiB" in watchdog.said()

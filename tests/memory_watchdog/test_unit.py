@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from lab import spark_tree
 from tests.helpers import REPO
 from tests.service.render import systemd_argv, unit_lines
-from tests.spark_exporter import node_tree
 from tests.units import render, resolve, role_variables, verify
 
 ROLE = "memory_watchdog"
@@ -96,7 +96,7 @@ def test_the_unit_keeps_the_watchdog_alive_and_confined() -> None:
 def test_the_command_line_of_the_unit_runs(tmp_path: Path, number: int) -> None:
     procfs = tmp_path / "proc"
     procfs.mkdir()
-    node_tree.set_available(procfs, 100 * node_tree.GIB_KIB)
+    spark_tree.set_available(procfs, 100 * spark_tree.GIB_KIB)
     state = tmp_path / "state.json"
     variables = rank(
         number,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lab import nvidia_smi_standin, spark_tree
 from tests.helpers import REPO
-from tests.spark_exporter import node_tree, nvidia_smi_double
 
 FILES = REPO / "roles/spark_exporter/files"
 LOCAL = ("--listen-address", "127.0.0.1", "--port", "0")  # a free port, which it logs
@@ -79,8 +79,8 @@ class Node:
             "--sysfs-root", str(self.sysfs),
             "--procfs-root", str(self.procfs),
             "--nvidia-smi", str(self.nvidia_smi),
-            "--twin", node_tree.TWINS[0].interface,
-            "--twin", node_tree.TWINS[1].interface,
+            "--twin", spark_tree.TWINS[0].interface,
+            "--twin", spark_tree.TWINS[1].interface,
             "--expected-mtu", "9000",
             "--overlay-dir", str(self.overlay_dir),
             "--overlay-stats-dir", str(self.stats_dir),
@@ -90,7 +90,7 @@ class Node:
 
 @pytest.fixture
 def node(tmp_path: Path) -> Node:
-    sysfs, procfs = node_tree.build(tmp_path / "node")
+    sysfs, procfs = spark_tree.build(tmp_path / "node")
     overlay = tmp_path / "overlay"
     (overlay / "releases/0.1.0-9eb9a229b23d").mkdir(parents=True)
     (overlay / "current").symlink_to("releases/0.1.0-9eb9a229b23d")
@@ -100,7 +100,7 @@ def node(tmp_path: Path) -> Node:
         root=tmp_path,
         sysfs=sysfs,
         procfs=procfs,
-        nvidia_smi=nvidia_smi_double.install(tmp_path / "bin"),
+        nvidia_smi=nvidia_smi_standin.install(tmp_path / "bin"),
         overlay_dir=overlay,
         stats_dir=stats,
     )

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from lab import nvidia_smi_standin, spark_tree
 from tests.helpers import REPO
-from tests.spark_exporter import node_tree, nvidia_smi_double
 from tests.spark_exporter.conftest import Exporter, Node
 from tests.spark_exporter.contract import CONTRACT
 
 SAMPLES = REPO / "tests/pair_evidence/samples"
 IB, SOCKET = (SAMPLES / "nccl_info_ib_sample.log", SAMPLES / "nccl_info_socket_fallback_sample.log")
-TWIN_1, TWIN_2 = node_tree.TWINS
+TWIN_1, TWIN_2 = spark_tree.TWINS
 Start = Callable[..., Exporter]
 # The names others build alerts and dashboards on (README), with the labels each carries.
 
@@ -77,7 +77,7 @@ def test_a_healthy_spark_exports_every_metric_with_its_value(
         "gpu_idle": 0,
         "applications_clocks_setting": 0,
     }
-    for number, twin in enumerate(node_tree.TWINS):
+    for number, twin in enumerate(spark_tree.TWINS):
         name = twin.interface
         assert seen.value("spark_rail_link_up", twin=name) == 1
         assert seen.value("spark_rail_port_active", twin=name, device=twin.device) == 1
@@ -246,7 +246,7 @@ def test_without_nvidia_smi_the_gpu_is_down_and_the_rest_answers(
 def test_a_driver_that_is_not_loaded_fails_the_gpu_source(
     node: Node, start_exporter: Start
 ) -> None:
-    nvidia_smi_double.set_state(node.nvidia_smi, driver="absent")
+    nvidia_smi_standin.set_state(node.nvidia_smi, driver="absent")
 
     seen = start_exporter(*node.arguments()).scrape()
 
@@ -255,7 +255,7 @@ def test_a_driver_that_is_not_loaded_fails_the_gpu_source(
 
 
 def test_a_slow_nvidia_smi_is_cut_at_the_timeout(node: Node, start_exporter: Start) -> None:
-    nvidia_smi_double.set_state(node.nvidia_smi, delay_s=30)
+    nvidia_smi_standin.set_state(node.nvidia_smi, delay_s=30)
     exporter = start_exporter(*node.arguments(), "--nvidia-smi-timeout", "0.5")
 
     started = time.monotonic()
@@ -267,9 +267,9 @@ def test_a_slow_nvidia_smi_is_cut_at_the_timeout(node: Node, start_exporter: Sta
 
 
 def test_values_the_gpu_cannot_report_are_left_out(node: Node, start_exporter: Start) -> None:
-    values = {**nvidia_smi_double.BUSY_GB10, "power.draw": "[N/A]"}
+    values = {**nvidia_smi_standin.BUSY_GB10, "power.draw": "[N/A]"}
     del values["clocks_event_reasons.active"]
-    nvidia_smi_double.set_state(node.nvidia_smi, values)
+    nvidia_smi_standin.set_state(node.nvidia_smi, values)
 
     seen = start_exporter(*node.arguments()).scrape()
 
@@ -283,14 +283,14 @@ def test_values_the_gpu_cannot_report_are_left_out(node: Node, start_exporter: S
 def test_a_driver_before_r535_is_asked_with_the_throttle_field_names(
     node: Node, start_exporter: Start
 ) -> None:
-    nvidia_smi_double.set_state(node.nvidia_smi, driver="old")
+    nvidia_smi_standin.set_state(node.nvidia_smi, driver="old")
     exporter = start_exporter(*node.arguments())
 
     first, second = exporter.scrape(), exporter.scrape()
 
     for seen in (first, second):
         assert seen.value("spark_gpu_throttle_active", reason="sw_power_cap") == 1
-    queries = [call[0] for call in nvidia_smi_double.calls(node.nvidia_smi)]
+    queries = [call[0] for call in nvidia_smi_standin.calls(node.nvidia_smi)]
     assert "clocks_event_reasons.active" in queries[0]
     assert all("clocks_throttle_reasons.active" in query for query in queries[1:])
     assert len(queries) == 3, "the field name that worked is kept"
@@ -361,7 +361,7 @@ def test_collect_names_the_sources_of_a_scrape(node: Node, start_exporter: Start
         "spark_swap_total_bytes",
         "spark_swap_used_bytes",
     }
-    assert nvidia_smi_double.calls(node.nvidia_smi) == [], "no nvidia-smi for a memory poll"
+    assert nvidia_smi_standin.calls(node.nvidia_smi) == [], "no nvidia-smi for a memory poll"
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"{exporter.url}/metrics?collect[]=disk", timeout=10)
     assert refused.value.code == 400
@@ -374,9 +374,9 @@ def test_each_scrape_reads_afresh(node: Node, start_exporter: Start) -> None:
     exporter = start_exporter(*node.arguments())
     assert exporter.scrape().value("spark_memory_available_bytes") == 100 << 30
 
-    node_tree.set_available(node.procfs, 3 * node_tree.GIB_KIB)
-    nvidia_smi_double.set_state(
-        node.nvidia_smi, {**nvidia_smi_double.BUSY_GB10, "clocks.sm": "611"}
+    spark_tree.set_available(node.procfs, 3 * spark_tree.GIB_KIB)
+    nvidia_smi_standin.set_state(
+        node.nvidia_smi, {**nvidia_smi_standin.BUSY_GB10, "clocks.sm": "611"}
     )
 
     seen = exporter.scrape()
@@ -387,7 +387,7 @@ def test_each_scrape_reads_afresh(node: Node, start_exporter: Start) -> None:
 def test_the_double_refuses_a_field_as_nvidia_smi_does(tmp_path: Path) -> None:
     import subprocess
 
-    double = nvidia_smi_double.install(tmp_path)
+    double = nvidia_smi_standin.install(tmp_path)
     done = subprocess.run(
         [str(double), "--query-gpu=power.draw,xyz", "--format=csv,noheader,nounits"],
         capture_output=True,
@@ -395,7 +395,7 @@ def test_the_double_refuses_a_field_as_nvidia_smi_does(tmp_path: Path) -> None:
         check=False,
     )
     assert (done.returncode, done.stdout) == (2, 'Field "xyz" is not a valid field to query.\n\n')
-    nvidia_smi_double.set_state(double, driver="old")
+    nvidia_smi_standin.set_state(double, driver="old")
     done = subprocess.run(
         [str(double), "--query-gpu=clocks_event_reasons.active", "--format=csv,noheader,nounits"],
         capture_output=True,

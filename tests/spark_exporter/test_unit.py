@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from lab import spark_tree
 from tests.helpers import REPO
 from tests.service.render import systemd_argv, unit_lines
-from tests.spark_exporter import node_tree
 from tests.spark_exporter.conftest import LISTENING, parse
 from tests.units import render, resolve, role_variables, verify
 
@@ -24,7 +24,7 @@ ROLE = "spark_exporter"
 INVENTORY: dict[str, Any] = {
     "rail_network_twins": [
         {"interface": twin.interface, "subnet": f"192.168.10{number}.0/24"}
-        for number, twin in enumerate(node_tree.TWINS)
+        for number, twin in enumerate(spark_tree.TWINS)
     ],
     "rail_network_mtu": 9000,
     "memory_watchdog_floor_bytes": 6 << 30,
@@ -48,7 +48,7 @@ def test_the_unit_runs_the_exporter_unprivileged_and_confined() -> None:
     options = list(zip(argv[3::2], argv[4::2], strict=True))
     assert ("--port", "9835") in options and ("--listen-address", "0.0.0.0") in options
     assert [value for flag, value in options if flag == "--twin"] == [
-        twin.interface for twin in node_tree.TWINS
+        twin.interface for twin in spark_tree.TWINS
     ]
     assert ("--expected-mtu", "9000") in options
     assert ("--memory-floor-bytes", str(6 << 30)) in options
@@ -75,7 +75,7 @@ def test_the_defaults_follow_the_other_roles() -> None:
 
 
 def test_the_command_line_of_the_unit_serves_what_it_names(tmp_path: Path) -> None:
-    sysfs, procfs = node_tree.build(tmp_path)
+    sysfs, procfs = spark_tree.build(tmp_path)
     _, lines = unit(
         spark_exporter_python=sys.executable,
         spark_exporter_listen_address="127.0.0.1",
@@ -101,7 +101,7 @@ def test_the_command_line_of_the_unit_serves_what_it_names(tmp_path: Path) -> No
     finally:
         process.terminate()
         process.wait(timeout=10)
-    for twin in node_tree.TWINS:
+    for twin in spark_tree.TWINS:
         assert seen.value("spark_rail_expected_mtu_bytes", twin=twin.interface) == 9000
         assert seen.value("spark_rail_link_up", twin=twin.interface) == 1
     assert seen.value("spark_memory_floor_bytes") == 6 << 30

@@ -1,4 +1,4 @@
-"""A test double for nvidia-smi's ``--query-gpu`` (there is no GPU here), as strict as the real one.
+"""A stand-in for nvidia-smi's ``--query-gpu`` (there is no GPU here), as strict as the real one.
 
 It knows the fields a current driver (R535 and later) knows, among them clocks_event_reasons.*;
 ``driver: old`` makes it a driver before R535, which knows only clocks_throttle_reasons.*. A field
@@ -63,8 +63,11 @@ import json, sys, time
 from pathlib import Path
 
 here = Path(__file__).parent
-with (here / "calls").open("a") as log:
-    log.write(json.dumps(sys.argv[1:]) + "\n")
+try:  # the tests read the calls; on a lab host the exporter's sandbox makes the tree read-only
+    with (here / "calls").open("a") as log:
+        log.write(json.dumps(sys.argv[1:]) + "\n")
+except OSError:
+    pass
 state = json.loads((here / "gpu.json").read_text())
 if state.get("driver") == "absent":
     print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -77,9 +80,9 @@ known = set({common}) | {{family + "." + reason for reason in {reasons}}}
 query = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--query-gpu=")]
 formats = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--format=")]
 if len(query) != 1 or len(formats) != 1 or len(sys.argv) != 3:
-    sys.exit("nvidia-smi double: only --query-gpu=... --format=... is emulated")
+    sys.exit("nvidia-smi stand-in: only --query-gpu=... --format=... is emulated")
 if formats[0] != "csv,noheader,nounits":
-    sys.exit("nvidia-smi double: only --format=csv,noheader,nounits is emulated")
+    sys.exit("nvidia-smi stand-in: only --format=csv,noheader,nounits is emulated")
 fields = query[0].split(",")
 for name in fields:
     if name not in known:
@@ -96,12 +99,18 @@ print(", ".join(shown))
 """
 
 
-def install(directory: Path, values: dict[str, str] | None = None, **state: Any) -> Path:
-    """Write the double as ``directory/nvidia-smi`` with its state; returns its path."""
+def install(
+    directory: Path,
+    values: dict[str, str] | None = None,
+    python: str = sys.executable,
+    **state: Any,
+) -> Path:
+    """Write the stand-in as ``directory/nvidia-smi`` with its state, run by ``python`` (a lab
+    host's own for one copied there); returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "nvidia-smi"
     path.write_text(
-        SCRIPT.format(python=sys.executable, common=repr(COMMON), reasons=repr(REASONS)),
+        SCRIPT.format(python=python, common=repr(COMMON), reasons=repr(REASONS)),
         encoding="utf-8",
     )
     path.chmod(0o755)
