@@ -45,6 +45,9 @@ dashboards:
   type: list
   elements: str
   returned: success
+uids:
+  description: Each pair's dashboard UID (Grafana shows it at /d/<uid>).
+  type: dict
 removed:
   description: Dashboards of pairs no longer in pairs, removed from dest.
   type: list
@@ -101,7 +104,8 @@ def main() -> None:
     if stale and not module.check_mode:
         for path in stale:
             Path(path).unlink()
-    module.exit_json(changed=changed or bool(stale), dashboards=written, removed=stale)
+    uids = {pair: model["uid"] for pair, model in models.items()}
+    module.exit_json(changed=changed or bool(stale), dashboards=written, uids=uids, removed=stale)
 
 
 if __name__ == "__main__":
