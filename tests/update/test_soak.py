@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from tests.helpers import REPO
+from tests.units import resolve, role_variables
 
 GIB = 2**30
 
@@ -137,6 +138,18 @@ def test_requests_running_without_tokens_are_a_stall(vllm: VllmDouble, tmp_path:
     assert time.monotonic() - started < 5
 
 
+def test_a_stall_is_reported_without_waiting_for_the_stalled_requests(
+    vllm: VllmDouble, tmp_path: Path
+) -> None:
+    # The stalled requests would time out only after 60 s: the verdict may not wait for them.
+    meminfo = write_meminfo(tmp_path / "meminfo", 40 * GIB)
+    threading.Timer(0.5, vllm.stalled.set).start()
+    started = time.monotonic()
+    report = run_soak(meminfo, api_for(vllm, timeout_s=60), seconds=20)
+    assert report.verdict == soak.STALLED, report
+    assert time.monotonic() - started < 5, report
+
+
 def test_an_idle_server_is_no_stall(vllm: VllmDouble, tmp_path: Path) -> None:
     # Tokens that do not move while nothing runs are no stall: only the memory is watched here.
     gate = soak.Soak(
@@ -180,3 +193,27 @@ def test_command_line_exit_status_follows_the_verdict(
         soak.main(["--seconds", "5", "--floor-bytes", str(5 * GIB), "--meminfo", str(meminfo)]) == 1
     )
     assert json.loads(capsys.readouterr().out)["verdict"] == soak.LOW_MEMORY
+
+
+def test_the_soak_loads_the_service_as_the_inventory_or_its_defaults_have_it() -> None:
+    # rolling_update runs the soak outside vllm_tp2_service, whose defaults it cannot see: its
+    # fallbacks must be those defaults, and the inventory's settings must win over them.
+    service = role_variables("vllm_tp2_service", {})
+    alone = role_variables("rolling_update", {})
+    assert resolve(alone, "rolling_update_soak_url") == (
+        f"http://127.0.0.1:{service['vllm_tp2_service_port']}"
+    )
+    assert (
+        resolve(alone, "rolling_update_soak_model")
+        == (service["vllm_tp2_service_served_model_name"])
+    )
+    assert resolve(alone, "rolling_update_soak_meminfo") == "/proc/meminfo"
+    inventory = {
+        "vllm_tp2_service_port": 8100,
+        "vllm_tp2_service_served_model_name": "other",
+        "memory_watchdog_procfs_root": "/srv/lab-spark/proc",
+    }
+    configured = role_variables("rolling_update", inventory)
+    assert resolve(configured, "rolling_update_soak_url") == "http://127.0.0.1:8100"
+    assert resolve(configured, "rolling_update_soak_model") == "other"
+    assert resolve(configured, "rolling_update_soak_meminfo") == "/srv/lab-spark/proc/meminfo"

@@ -203,8 +203,11 @@ class Soak:
             if self.clock() - started >= self.seconds:
                 self._done.set()
             self._done.wait(self.interval_s)
+        # Held: the requests in flight end as they do. Failed: a stalled request may never end,
+        # and the pair must roll back now, not once its request times out.
+        wait_s = (self.api.timeout_s + 5 if self.api else 0) if self.report.verdict == HELD else 0
         for worker in workers:
-            worker.join(self.api.timeout_s + 5 if self.api else 0)
+            worker.join(wait_s)
         self.report.seconds = round(self.clock() - started, 1)
         return self.report
 
