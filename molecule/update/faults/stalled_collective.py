@@ -2,11 +2,11 @@
 
 Wraps the overlay's own plugin in a copy of its sources (overlays.yml appends to plugin.py a line
 that passes its register() through wrap()): the overlay registers and routes as it does, and the
-gates that check it pass. Some NCCL builds hang a TP2
-collective after 20-30 minutes of serving; in the lab, rank 0's step with rank 1 stops returning
-after the first STALL_AFTER completions: those requests stay running and no token is generated,
-as on a hung pair. Readiness and the smoke gate come first and pass; only load sees the hang. A
-stalled request is lost when the engine stops, as on the real pair.
+gates that check it pass. Some NCCL builds hang a TP2 collective after 20-30 minutes of serving;
+in the lab, rank 0's step with rank 1 stops returning after the first STALL_AFTER completions:
+those requests stay running and no token is generated, as on a hung pair. Readiness and the smoke
+gate come first and pass; only load sees the hang. A stalled request is lost when the engine
+stops, as on the real pair.
 """
 
 import threading
